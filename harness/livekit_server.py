@@ -1,0 +1,141 @@
+"""The real livekit-server on loopback, on free ports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from .ports import free_port, free_udp_range
+
+__all__ = ["DEV_API_KEY", "DEV_API_SECRET", "LiveKitServer", "livekit_binary"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "config" / "livekit.yaml"
+INSTALLER = ROOT / "scripts" / "install-livekit-server"
+DEV_API_KEY = "devkey"
+DEV_API_SECRET = "alicia-dev-secret-0123456789abcdef0123"
+
+
+def livekit_binary() -> Path:
+    """Path of the livekit-server binary, building it (once per machine) if needed."""
+    override = os.environ.get("LIVEKIT_SERVER_BIN")
+    if override:
+        return Path(override)
+    out = subprocess.run([str(INSTALLER)], check=True, stdout=subprocess.PIPE, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class LiveKitServer:
+    """A livekit-server process bound to 127.0.0.1 (dev keys, loopback ICE candidates)."""
+
+    def __init__(self, *, log_level: str = "warn") -> None:
+        self.port = free_port()
+        self.tcp_port = free_port()
+        self.udp_start = free_udp_range(64)
+        self.api_key = DEV_API_KEY
+        self.api_secret = DEV_API_SECRET
+        self._log_level = log_level
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        """The websocket URL clients and agents connect to."""
+        return f"ws://127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        """The HTTP URL of the server API (room service etc.)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def config_text(self) -> str:
+        """The checked-in loopback config with this instance's ports."""
+        text = CONFIG.read_text()
+        text = text.replace("port: 7880", f"port: {self.port}")
+        text = text.replace("tcp_port: 7881", f"tcp_port: {self.tcp_port}")
+        text = text.replace("port_range_start: 50000", f"port_range_start: {self.udp_start}")
+        text = text.replace("port_range_end: 50100", f"port_range_end: {self.udp_start + 63}")
+        return text.replace("level: warn", f"level: {self._log_level}")
+
+    def start(self, timeout: float = 30.0) -> LiveKitServer:
+        """Start the server and wait until its HTTP endpoint answers."""
+        if self._proc is not None:
+            raise RuntimeError("LiveKitServer already started")
+        binary = livekit_binary()
+        self._dir = tempfile.TemporaryDirectory(prefix="alicia-livekit-")
+        cfg = Path(self._dir.name) / "livekit.yaml"
+        cfg.write_text(self.config_text())
+        self.log_path = Path(self._dir.name) / "livekit.log"
+        log = self.log_path.open("wb")
+        self._proc = subprocess.Popen(
+            [str(binary), "--config", str(cfg)], stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"livekit-server exited with {self._proc.returncode}:\n"
+                    + self.log_path.read_text(errors="replace")[-4000:]
+                )
+            try:
+                with urllib.request.urlopen(self.http_url, timeout=1) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"livekit-server did not answer on {self.http_url} in {timeout}s")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its files."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def token(
+        self,
+        identity: str,
+        room: str,
+        *,
+        name: str | None = None,
+        agent: bool = False,
+    ) -> str:
+        """A join token for ``identity`` in ``room``, minted with ``livekit-api``."""
+        from livekit import api
+
+        grants = api.VideoGrants(room_join=True, room=room, agent=agent)
+        tok = api.AccessToken(self.api_key, self.api_secret).with_identity(identity)
+        return tok.with_name(name or identity).with_grants(grants).to_jwt()
+
+    def env(self) -> dict[str, str]:
+        """``LIVEKIT_URL``/``LIVEKIT_API_KEY``/``LIVEKIT_API_SECRET`` for this server."""
+        return {
+            "LIVEKIT_URL": self.url,
+            "LIVEKIT_API_KEY": self.api_key,
+            "LIVEKIT_API_SECRET": self.api_secret,
+        }
+
+    def __enter__(self) -> LiveKitServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
