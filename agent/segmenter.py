@@ -1,0 +1,227 @@
+"""Cut reasoning text into steps: a pure function plus a streaming wrapper.
+
+A step is one coherent thought, normally a paragraph. :func:`segment` cuts a whole
+reasoning text; :class:`StepSegmenter` does the same while the text streams in.
+
+Cutting rules (both forms):
+
+1. A blank line (a newline, optional spaces/tabs/CR, a newline) ends a step.
+2. A step never exceeds ``max_bytes`` UTF-8 bytes (default :data:`STEP_MAX_BYTES`, so a
+   ReasoningStep envelope fits one packet). A longer paragraph is cut greedily: each
+   piece is the longest prefix within ``max_bytes`` that ends at a sentence end, else at
+   a word boundary (whitespace), else at a character boundary.
+3. Steps are whitespace-stripped and never empty.
+
+A *sentence end* is one of ``. ! ? …`` followed by optional closing quotes/brackets and
+then whitespace, or an ideographic full stop or full-width ``!``/``?`` with optional
+closers (CJK text has no spaces).
+
+Streaming: ``push()`` returns steps closed by rules 1-2; ``close()`` returns the open
+step (end of reasoning, or a tool call is coming). Without :meth:`StepSegmenter.poll`,
+any split of a text through ``push()``/``close()`` yields exactly ``segment(text)``.
+
+Time rule (only through :meth:`StepSegmenter.due` / :meth:`StepSegmenter.poll`), so a
+step reaches clients within a bounded delay even if the model writes one endless
+paragraph. Let *t0* be the arrival time of the oldest text in the open step.
+
+* at ``t0 + max_delay``, if the open step contains a sentence end, it is cut after its
+  last sentence end;
+* otherwise at ``t0 + 2 * max_delay`` it is cut at its last whitespace, and if it has no
+  whitespace at all (one endless word, CJK without punctuation) all of it is emitted.
+
+The text left over starts a new open step whose *t0* is the arrival time of its own
+oldest character. So, if the caller polls at ``due()``, every reasoning character is in
+an emitted step at most ``2 * max_delay`` after it was pushed. Only whitespace is
+dropped, never text, and no empty step is ever emitted.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+from protocol import TEXT_BUDGET_BYTES
+
+__all__ = ["STEP_MAX_BYTES", "StepSegmenter", "segment"]
+
+STEP_MAX_BYTES: Final = TEXT_BUDGET_BYTES
+"""Largest step text (UTF-8 bytes) so that a ReasoningStep envelope fits one packet."""
+
+_BLANK_LINE: Final = re.compile(r"\n[ \t\r\f\v]*\n")
+# Closing quotes and brackets that may follow terminal punctuation.
+_CLOSERS: Final = "\"')]}\u00bb\u201d\u2019\u300d\u300f\uff09\u3011"
+_FULL_WIDTH_ENDS: Final = "\u3002\uff01\uff1f"  # ideographic full stop, full-width ! and ?
+# A sentence end: terminal punctuation, optional closers, then (for ASCII-style
+# terminators) one whitespace character, which the match includes.
+_SENTENCE_END: Final = re.compile(
+    rf"(?:[.!?\u2026][{re.escape(_CLOSERS)}]*\s|[{_FULL_WIDTH_ENDS}][{re.escape(_CLOSERS)}]*)"
+)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode())
+
+
+def _window(text: str, max_bytes: int) -> int:
+    """Number of leading characters of ``text`` that fit ``max_bytes`` UTF-8 bytes."""
+    return len(text.encode()[:max_bytes].decode("utf-8", errors="ignore"))
+
+
+def _last_sentence_end(text: str, limit: int) -> int:
+    """End index (exclusive, punctuation and closers only) of the last sentence end whose
+    punctuation lies within ``text[:limit]``; 0 if none. May look at ``text[limit]``."""
+    best = 0
+    for match in _SENTENCE_END.finditer(text, 0, min(len(text), limit + 1)):
+        end = match.end()
+        if text[end - 1].isspace():
+            end -= 1
+        if end <= limit:
+            best = end
+    return best
+
+
+def _last_whitespace(text: str, limit: int) -> int:
+    """Index of the last whitespace character in ``text[1:limit+1]``; 0 if none."""
+    for i in range(min(limit, len(text) - 1), 0, -1):
+        if text[i].isspace():
+            return i
+    return 0
+
+
+def _cut_point(text: str, max_bytes: int) -> int:
+    """Where to cut a left-stripped ``text`` longer than ``max_bytes`` (rule 2)."""
+    limit = _window(text, max_bytes)
+    cut = _last_sentence_end(text, limit)
+    if cut == 0:
+        cut = _last_whitespace(text, limit)
+    if cut == 0:
+        cut = max(limit, 1)
+    return cut
+
+
+def _split_paragraph(paragraph: str, max_bytes: int, steps: list[str]) -> None:
+    rest = paragraph.strip()
+    while _utf8_len(rest) > max_bytes:
+        cut = _cut_point(rest, max_bytes)
+        steps.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    if rest:
+        steps.append(rest)
+
+
+def segment(text: str, *, max_bytes: int = STEP_MAX_BYTES) -> list[str]:
+    """Cut a whole reasoning text into step texts (blank lines, then the size bound)."""
+    if max_bytes < 4:
+        raise ValueError("max_bytes must be at least 4 (one UTF-8 character)")
+    steps: list[str] = []
+    for paragraph in _BLANK_LINE.split(text):
+        _split_paragraph(paragraph, max_bytes, steps)
+    return steps
+
+
+class StepSegmenter:
+    """Streaming form of :func:`segment`, plus the time rule (see the module docstring).
+
+    Memory is bounded: the open step never holds more than ``max_bytes`` of text beyond
+    the last push.
+    """
+
+    __slots__ = ("_base", "_buf", "_clock", "_max_bytes", "_max_delay", "_pushes")
+
+    def __init__(
+        self,
+        *,
+        max_bytes: int = STEP_MAX_BYTES,
+        max_delay: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``max_delay`` seconds drive the time rule; ``clock`` is injectable for tests."""
+        if max_bytes < 4:
+            raise ValueError("max_bytes must be at least 4 (one UTF-8 character)")
+        if max_delay <= 0:
+            raise ValueError("max_delay must be positive")
+        self._max_bytes = max_bytes
+        self._max_delay = max_delay
+        self._clock = clock
+        self._buf = ""
+        # Absolute offset (in characters since the start) of self._buf[0].
+        self._base = 0
+        # (absolute offset where a push started, its clock time), oldest first.
+        self._pushes: deque[tuple[int, float]] = deque()
+
+    def push(self, text: str) -> list[str]:
+        """Feed reasoning text; return the steps it closes (blank line or size bound)."""
+        if not text:
+            return []
+        self._pushes.append((self._base + len(self._buf), self._clock()))
+        self._buf += text
+        steps: list[str] = []
+        while True:
+            match = _BLANK_LINE.search(self._buf)
+            if match is None:
+                break
+            _split_paragraph(self._buf[: match.start()], self._max_bytes, steps)
+            self._consume(match.end())
+        self._consume(len(self._buf) - len(self._buf.lstrip()))
+        while _utf8_len(self._buf.rstrip()) > self._max_bytes:
+            cut = _cut_point(self._buf, self._max_bytes)
+            steps.append(self._buf[:cut].rstrip())
+            self._consume(cut)
+        return steps
+
+    def close(self) -> list[str]:
+        """End of reasoning or a tool call is coming: return the open step if non-empty."""
+        steps: list[str] = []
+        _split_paragraph(self._buf, self._max_bytes, steps)
+        self._consume(len(self._buf))
+        return steps
+
+    def due(self) -> float | None:
+        """Clock time by which the open step must be cut; None if nothing is open."""
+        if not self._buf:
+            return None
+        t0 = self._open_since()
+        if _last_sentence_end(self._buf, len(self._buf)):
+            return t0 + self._max_delay
+        return t0 + 2 * self._max_delay
+
+    def poll(self) -> list[str]:
+        """Cut the open step now if ``due()`` has passed (at a sentence or word boundary)."""
+        if not self._buf:
+            return []
+        now = self._clock()
+        t0 = self._open_since()
+        if now < t0 + self._max_delay:
+            return []
+        cut = _last_sentence_end(self._buf, len(self._buf))
+        if cut == 0:
+            if now < t0 + 2 * self._max_delay:
+                return []
+            cut = _last_whitespace(self._buf, len(self._buf)) or len(self._buf)
+        step = self._buf[:cut].rstrip()
+        self._consume(cut)
+        return [step] if step else []
+
+    @property
+    def pending(self) -> str:
+        """The open step's text so far (left-stripped)."""
+        return self._buf
+
+    def _open_since(self) -> float:
+        pushes = self._pushes
+        # The push holding self._buf[0] is the last one starting at or before _base.
+        while len(pushes) > 1 and pushes[1][0] <= self._base:
+            pushes.popleft()
+        return pushes[0][1]
+
+    def _consume(self, count: int) -> None:
+        """Drop ``count`` characters from the open step, then its leading whitespace."""
+        rest = self._buf[count:]
+        stripped = rest.lstrip()
+        self._base += count + len(rest) - len(stripped)
+        self._buf = stripped
+        if not self._buf:
+            self._pushes.clear()
