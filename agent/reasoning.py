@@ -10,10 +10,13 @@ returns :class:`Reasoning` and :class:`Answer` parts:
 * ``delta.content`` as a string: answer text, except text between ``<think>`` and
   ``</think>`` (Qwen3/DeepSeek-R1 without a reasoning parser), which is reasoning. Tags
   may be cut across chunks at any character.
+* OpenRouter's ``delta.reasoning_details`` (``reasoning.text``/``reasoning.summary``
+  entries) only when neither field above carries text: it repeats ``reasoning``.
 * ``delta.content`` as a list of blocks: blocks of type ``reasoning``/``thinking`` are
-  reasoning (text under ``text``, ``thinking`` or ``reasoning``); ``text`` blocks (and
-  bare strings) go through the same tag scanner as string content; other blocks
-  (images, signatures, redacted thinking) are ignored.
+  reasoning (text under ``text``, ``thinking`` or ``reasoning``, either a string or, as
+  Mistral's Magistral sends it, a list of ``{"type": "text", "text": ...}`` chunks);
+  ``text`` blocks (and bare strings) go through the same tag scanner as string content;
+  other blocks (images, signatures, redacted thinking) are ignored.
 * ``tool_calls`` are ignored: the turn runner reads them itself.
 
 Rules (they hold for any split of the stream into deltas):
@@ -132,6 +135,12 @@ class ReasoningExtractor:
             if isinstance(value, str) and value:
                 self._reasoning_field(value, out)
                 break
+        else:
+            details = delta.get("reasoning_details")
+            if isinstance(details, list):
+                text = "".join(_detail_text(d) for d in details)
+                if text:
+                    self._reasoning_field(text, out)
         content = delta.get("content")
         if isinstance(content, str):
             self._scan(content, out)
@@ -169,12 +178,9 @@ class ReasoningExtractor:
                 continue
             kind = block.get("type")
             if kind in _REASONING_BLOCKS:
-                for key in _REASONING_BLOCK_KEYS:
-                    value = block.get(key)
-                    if isinstance(value, str):
-                        if value:
-                            self._reasoning_field(value, out)
-                        break
+                text = _block_text(block)
+                if text:
+                    self._reasoning_field(text, out)
             elif kind in _TEXT_BLOCKS or kind is None:
                 value = block.get("text")
                 if isinstance(value, str):
@@ -232,6 +238,35 @@ class ReasoningExtractor:
             self._answer_empty = False
             self._answer_ends_ws = text[-1].isspace()
             _append(out, Answer(text))
+
+
+def _block_text(block: Mapping[str, Any]) -> str:
+    """Text of a reasoning/thinking block: a string, or (Mistral) a list of text chunks."""
+    for key in _REASONING_BLOCK_KEYS:
+        value = block.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return "".join(
+                item if isinstance(item, str) else str(item.get("text") or "")
+                for item in value
+                if isinstance(item, str) or (isinstance(item, Mapping) and "text" in item)
+            )
+    return ""
+
+
+def _detail_text(detail: Any) -> str:
+    """Readable text of one OpenRouter ``reasoning_details`` entry (encrypted ones have none)."""
+    if not isinstance(detail, Mapping):
+        return ""
+    kind = detail.get("type")
+    if kind == "reasoning.text":
+        text = detail.get("text")
+    elif kind == "reasoning.summary":
+        text = detail.get("summary")
+    else:
+        return ""
+    return text if isinstance(text, str) else ""
 
 
 def _append(out: list[Part], part: Part) -> None:
