@@ -1,0 +1,161 @@
+"""Per-participant protocol state: features, stanza order, rate limits, pending work.
+
+Each client in a room gets one :class:`Participant`. It remembers what the client asked
+for in its Configuration (reasoning steps shown? streamed answers?), checks that its
+stanzaIds rise, limits how fast it may send (and how many ErrorMessages it gets back),
+and holds a bounded queue of work (turns, variations) that one task runs in order.
+
+Errors the worker reports to a client, on top of ``protocol.errors``::
+
+    ProtocolError
+    ├── DecodeError
+    │   └── PacketTooLarge       incoming packet over one packet's size (101)
+    ├── WrongConversation        envelope/Configuration names another conversation (201)
+    ├── InvalidState             e.g. a variation of an unknown message (202)
+    ├── Overloaded               queue full or flood (504, warning, recoverable)
+    └── LLMUnavailable           the LLM endpoint failed (503)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from protocol import (
+    DecodeError,
+    ErrorCode,
+    Feature,
+    ProtocolError,
+    Severity,
+    StanzaOrder,
+)
+
+__all__ = [
+    "REASONING_FEATURES",
+    "STREAMING_FEATURES",
+    "InvalidState",
+    "LLMUnavailable",
+    "Overloaded",
+    "PacketTooLarge",
+    "Participant",
+    "TokenBucket",
+    "TurnRequest",
+    "WrongConversation",
+]
+
+REASONING_FEATURES: Final = frozenset({Feature.REASONING_STEP_DISPLAY, Feature.REASONING_STEPS})
+"""Either name asks for ReasoningSteps (PROTOCOL.md §4.8)."""
+STREAMING_FEATURES: Final = frozenset({Feature.STREAMING, Feature.PARTIAL_RESPONSES})
+"""Either name asks for StartAnswer + AssistantSentence instead of AssistantMessage."""
+
+
+class PacketTooLarge(DecodeError):
+    """An incoming packet is larger than one protocol packet; it is not decoded."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"packet of {size} bytes is over the {limit}-byte limit")
+
+
+class WrongConversation(ProtocolError):
+    """The client names a conversation other than this room's."""
+
+    code = ErrorCode.CONVERSATION_NOT_FOUND
+    severity = Severity.ERROR
+
+
+class InvalidState(ProtocolError):
+    """The request does not fit the conversation's state (e.g. unknown target message)."""
+
+    code = ErrorCode.INVALID_STATE
+    severity = Severity.WARNING
+
+
+class Overloaded(ProtocolError):
+    """Too much input from one participant: a full queue or a flood of packets."""
+
+    code = ErrorCode.OVERLOADED
+    severity = Severity.WARNING
+
+
+class LLMUnavailable(ProtocolError):
+    """The LLM endpoint failed or timed out; the turn ends early."""
+
+    code = ErrorCode.SERVICE_UNAVAILABLE
+    severity = Severity.ERROR
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` saved up; ``take`` spends one."""
+
+    __slots__ = ("_burst", "_clock", "_last", "_rate", "_tokens")
+
+    def __init__(
+        self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """Start full."""
+        self._rate = rate
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._clock = clock
+        self._last = clock()
+
+    def take(self) -> bool:
+        """Spend one token if there is one; False means over the limit."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """One turn to run: answer ``text`` as the user message ``user_id``.
+
+    ``replaces`` names the user message this turn supersedes (edit/regenerate): history
+    from that message on is dropped first. ``voice`` marks a spoken (transcribed) turn.
+    """
+
+    user_id: str
+    text: str
+    requester: str
+    replaces: str | None = None
+    voice: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class Participant:
+    """What the worker knows about one client in the room."""
+
+    identity: str
+    show_reasoning: bool
+    """Send ReasoningSteps to this client (Configuration features, else the server default)."""
+    packets: TokenBucket
+    errors: TokenBucket
+    queue: asyncio.Queue[TurnRequest]
+    streaming: bool = False
+    """Streamed answers (StartAnswer + AssistantSentence); else one AssistantMessage."""
+    audio_output: bool = False
+    configured: bool = False
+    """A Configuration was answered."""
+    active: bool = False
+    """The client sent at least one valid envelope: it receives answers."""
+    order: StanzaOrder = field(default_factory=lambda: StanzaOrder("client"))
+    pending_edit: str | None = None
+    """User message id named by an ``edit`` variation, waiting for its new UserMessage."""
+    edit_timer: asyncio.Task[None] | None = None
+    runner: asyncio.Task[None] | None = None
+
+    def apply_features(self, features: Iterable[str] | None) -> None:
+        """Take a Configuration's ``features``; ``None`` (absent) keeps the current values."""
+        if features is None:
+            return
+        names = set(features)
+        self.show_reasoning = bool(names & REASONING_FEATURES)
+        self.streaming = bool(names & STREAMING_FEATURES)
+        self.audio_output = Feature.AUDIO_OUTPUT in names

@@ -1,0 +1,222 @@
+"""Worker settings, read from the environment once.
+
+Every knob of the worker lives in :class:`Settings`, a frozen dataclass with a docstring
+per field naming its environment variable and default. :func:`load` reads
+``os.environ`` once per process; no other module of the worker touches the environment.
+Secrets (API keys, the database URL, which may hold a password) stay out of ``repr``.
+
+Exception tree::
+
+    ValueError
+    └── SettingsError   a required variable is missing or a value does not parse
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "load"]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Alicia, a helpful voice assistant. Think step by step, use the tools when "
+    "they help, and answer in a few short sentences."
+)
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class SettingsError(ValueError):
+    """A required environment variable is missing or a value does not parse."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything the worker can be told from outside (see :func:`load`)."""
+
+    livekit_url: str
+    """``LIVEKIT_URL`` (required): websocket URL of the LiveKit server, e.g. ``ws://127.0.0.1:7880``."""
+    livekit_api_key: str = field(repr=False)
+    """``LIVEKIT_API_KEY`` (required): API key the worker registers with."""
+    livekit_api_secret: str = field(repr=False)
+    """``LIVEKIT_API_SECRET`` (required): secret paired with the API key."""
+    llm_base_url: str
+    """``LLM_BASE_URL`` (required): base URL of an OpenAI-compatible API, e.g. ``http://127.0.0.1:8000/v1``."""
+    llm_model: str
+    """``LLM_MODEL`` (required): model name sent with each chat-completion request."""
+    llm_api_key: str = field(default="none", repr=False)
+    """``LLM_API_KEY`` (default ``none``): bearer key for the LLM endpoint."""
+    llm_thinking_open: bool = False
+    """``ALICIA_LLM_THINKING_OPEN`` (default false): the model's output starts inside reasoning
+    and only a closing ``</think>`` appears (Qwen3 ``*-Thinking-2507``)."""
+    llm_timeout_s: float = 120.0
+    """``ALICIA_LLM_TIMEOUT`` (default 120): seconds before one LLM request is abandoned."""
+    max_tool_rounds: int = 4
+    """``ALICIA_MAX_TOOL_ROUNDS`` (default 4): LLM calls per turn that may end in tool calls."""
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """``ALICIA_SYSTEM_PROMPT``: the system message of every request."""
+    history_turns: int = 20
+    """``ALICIA_HISTORY_TURNS`` (default 20): past user/answer pairs sent to the LLM
+    (answers only; reasoning is never sent back)."""
+    database_url: str | None = field(default=None, repr=False)
+    """``DATABASE_URL`` (default unset = persistence off): SQLAlchemy async URL for storage."""
+    show_reasoning_default: bool = True
+    """``ALICIA_SHOW_REASONING_DEFAULT`` (default true): whether a client whose Configuration
+    lists no ``features`` at all receives ReasoningSteps (spec default: send)."""
+    step_max_delay_s: float = 1.0
+    """``ALICIA_STEP_MAX_DELAY`` (default 1.0): seconds an open reasoning step may wait for
+    its paragraph to end before it is cut and sent (at the last sentence/word boundary)."""
+    tools_enabled: bool = True
+    """``ALICIA_TOOLS`` (default true): offer the server-executed function tools to the LLM."""
+    queue_size: int = 8
+    """``ALICIA_QUEUE_SIZE`` (default 8): pending turns/variations per participant; more
+    is answered with ErrorMessage 504."""
+    rate_per_s: float = 20.0
+    """``ALICIA_RATE`` (default 20): sustained packets per second accepted per participant."""
+    rate_burst: int = 40
+    """``ALICIA_RATE_BURST`` (default 40): packets a participant may send in one burst."""
+    error_rate_per_s: float = 2.0
+    """``ALICIA_ERROR_RATE`` (default 2): ErrorMessages per second sent to one participant
+    (bad input past this is dropped silently)."""
+    error_burst: int = 5
+    """``ALICIA_ERROR_BURST`` (default 5): ErrorMessages one participant may get in a burst."""
+    edit_timeout_s: float = 5.0
+    """``ALICIA_EDIT_TIMEOUT`` (default 5): seconds to wait for the new UserMessage after a
+    ControlVariation ``edit`` before answering with an ErrorMessage."""
+    stt: str | None = None
+    """``ALICIA_STT`` (default unset = text only): ``module:callable`` returning a streaming
+    ``livekit.agents.stt.STT``, e.g. ``livekit.plugins.deepgram:STT``."""
+    tts: str | None = None
+    """``ALICIA_TTS`` (default unset = no speech): ``module:callable`` returning a
+    ``livekit.agents.tts.TTS``, e.g. ``livekit.plugins.cartesia:TTS``."""
+    job_executor: Literal["process", "thread"] = "process"
+    """``ALICIA_JOB_EXECUTOR`` (default ``process``): livekit-agents runs each room in its own
+    process; ``thread`` runs all rooms of this worker in one process, a thread each."""
+    load_threshold: float | None = None
+    """``ALICIA_LOAD_THRESHOLD`` (default unset = livekit-agents' own: 0.7 with ``start``,
+    unlimited with ``dev``): CPU load above which the worker takes no new rooms
+    (``inf`` = never full)."""
+    agent_name: str = ""
+    """``ALICIA_AGENT_NAME`` (default empty = automatic dispatch to every new room)."""
+    http_port: int = 0
+    """``ALICIA_HTTP_PORT`` (default 0 = any free port): the worker's health-check HTTP port."""
+    timing_meta: bool = False
+    """``ALICIA_TIMING_META`` (default false): add ``meta.closedAtNs`` (``time.time_ns()``
+    when the segmenter closed the step) to each ReasoningStep, for ``bench/latency.py``."""
+
+    @property
+    def voice(self) -> bool:
+        """True if an STT or TTS plugin is configured."""
+        return self.stt is not None or self.tts is not None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Build settings from ``env`` (a mapping like ``os.environ``); see each field."""
+        r = _Reader(env)
+        executor = r.text("ALICIA_JOB_EXECUTOR", "process")
+        if executor not in ("process", "thread"):
+            raise SettingsError(f"ALICIA_JOB_EXECUTOR must be process or thread, not {executor!r}")
+        settings = cls(
+            livekit_url=r.required("LIVEKIT_URL"),
+            livekit_api_key=r.required("LIVEKIT_API_KEY"),
+            livekit_api_secret=r.required("LIVEKIT_API_SECRET"),
+            llm_base_url=r.required("LLM_BASE_URL"),
+            llm_model=r.required("LLM_MODEL"),
+            llm_api_key=r.text("LLM_API_KEY", "none"),
+            llm_thinking_open=r.flag("ALICIA_LLM_THINKING_OPEN", False),
+            llm_timeout_s=r.number("ALICIA_LLM_TIMEOUT", 120.0, low=0.1),
+            max_tool_rounds=r.integer("ALICIA_MAX_TOOL_ROUNDS", 4, low=0),
+            system_prompt=r.text("ALICIA_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
+            history_turns=r.integer("ALICIA_HISTORY_TURNS", 20, low=0),
+            database_url=r.optional("DATABASE_URL"),
+            show_reasoning_default=r.flag("ALICIA_SHOW_REASONING_DEFAULT", True),
+            step_max_delay_s=r.number("ALICIA_STEP_MAX_DELAY", 1.0, low=0.01),
+            tools_enabled=r.flag("ALICIA_TOOLS", True),
+            queue_size=r.integer("ALICIA_QUEUE_SIZE", 8, low=1),
+            rate_per_s=r.number("ALICIA_RATE", 20.0, low=0.1),
+            rate_burst=r.integer("ALICIA_RATE_BURST", 40, low=1),
+            error_rate_per_s=r.number("ALICIA_ERROR_RATE", 2.0, low=0.01),
+            error_burst=r.integer("ALICIA_ERROR_BURST", 5, low=1),
+            edit_timeout_s=r.number("ALICIA_EDIT_TIMEOUT", 5.0, low=0.1),
+            stt=r.optional("ALICIA_STT"),
+            tts=r.optional("ALICIA_TTS"),
+            job_executor="thread" if executor == "thread" else "process",
+            load_threshold=r.optional_number("ALICIA_LOAD_THRESHOLD"),
+            agent_name=r.text("ALICIA_AGENT_NAME", ""),
+            http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
+            timing_meta=r.flag("ALICIA_TIMING_META", False),
+        )
+        return settings
+
+
+class _Reader:
+    """Typed access to an environment mapping, with errors that name the variable."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+
+    def optional(self, name: str) -> str | None:
+        value = self._env.get(name, "").strip()
+        return value or None
+
+    def required(self, name: str) -> str:
+        value = self.optional(name)
+        if value is None:
+            raise SettingsError(f"{name} is required")
+        return value
+
+    def text(self, name: str, default: str) -> str:
+        value = self._env.get(name)
+        return default if value is None or not value.strip() else value
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.optional(name)
+        if value is None:
+            return default
+        if value.lower() in _TRUE:
+            return True
+        if value.lower() in _FALSE:
+            return False
+        raise SettingsError(f"{name} must be true or false, not {value!r}")
+
+    def number(self, name: str, default: float, *, low: float) -> float:
+        value = self.optional_number(name)
+        if value is None:
+            return default
+        if not value >= low:
+            raise SettingsError(f"{name} must be at least {low}, not {value}")
+        return value
+
+    def optional_number(self, name: str) -> float | None:
+        value = self.optional(name)
+        if value is None:
+            return None
+        try:
+            number = float(value)
+        except ValueError:
+            raise SettingsError(f"{name} must be a number, not {value!r}") from None
+        if math.isnan(number):
+            raise SettingsError(f"{name} must be a number, not {value!r}")
+        return number
+
+    def integer(self, name: str, default: int, *, low: int) -> int:
+        value = self.optional(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise SettingsError(f"{name} must be an integer, not {value!r}") from None
+        if number < low:
+            raise SettingsError(f"{name} must be at least {low}, not {number}")
+        return number
+
+
+@functools.cache
+def load() -> Settings:
+    """The settings of this process, read from ``os.environ`` on first call."""
+    return Settings.from_env(os.environ)

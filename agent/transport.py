@@ -1,0 +1,187 @@
+"""Moving protocol packets between the worker and the clients in a room.
+
+:class:`Transport` is the interface the turn runner sees: ``send`` bytes to some
+participants, iterate incoming packets (and departures), ``aclose``. One envelope is one
+packet; the transport neither encodes nor decodes. :class:`RoomTransport` implements it
+on a connected ``livekit.rtc.Room`` (reliable data packets on one topic);
+``tests/fakes.py`` has an in-memory one.
+
+Exception tree::
+
+    Exception
+    └── TransportError   a send failed (LiveKit's error is the ``__cause__``)
+
+Using a closed transport, or opening one twice, raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Final, Protocol
+
+from livekit import rtc
+
+from protocol import DATA_TOPIC
+
+__all__ = ["Incoming", "Left", "Packet", "RoomTransport", "Transport", "TransportError"]
+
+logger = logging.getLogger("alicia.transport")
+
+DEFAULT_MAX_PENDING: Final = 4096
+
+
+class TransportError(Exception):
+    """Sending failed; the underlying LiveKit error is chained as ``__cause__``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    """One data packet received from ``sender`` (a participant identity)."""
+
+    sender: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """``identity`` left the room: forget its state."""
+
+    identity: str
+
+
+Incoming = Packet | Left
+
+
+class Transport(Protocol):
+    """Packets to and from the participants of one room."""
+
+    async def send(self, data: bytes, *, to: Sequence[str] | None = None) -> None:
+        """Send one packet reliably to the identities in ``to`` (``None``: everyone).
+
+        Raises :class:`TransportError` if it could not be sent.
+        """
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Incoming]:
+        """Incoming packets and departures, in arrival order; ends when the room closes."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop receiving; iteration ends."""
+        ...
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+_END: Final = object()
+
+
+class RoomTransport:
+    """:class:`Transport` over a connected ``rtc.Room``: reliable packets on ``topic``.
+
+    Use as an async context manager (or call :meth:`start` / :meth:`aclose`). Incoming
+    packets wait in a queue of at most ``max_pending``; past that they are dropped and
+    counted in :attr:`dropped` (the turn runner's per-participant limits normally keep
+    the queue short).
+    """
+
+    def __init__(
+        self,
+        room: rtc.Room,
+        *,
+        topic: str = DATA_TOPIC,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        """Wrap ``room`` (already connected); nothing is registered until :meth:`start`."""
+        self._room = room
+        self._topic = topic
+        self._max_pending = max_pending
+        self._queue: asyncio.Queue[Incoming | object] = asyncio.Queue()
+        self._state = _State.NEW
+        self.dropped = 0
+        """Incoming packets dropped because the queue was full."""
+
+    def start(self) -> RoomTransport:
+        """Start listening to the room's data packets and departures."""
+        if self._state is not _State.NEW:
+            raise RuntimeError(f"RoomTransport is {self._state.value}; it can be opened once")
+        self._room.on("data_received", self._on_data)
+        self._room.on("participant_disconnected", self._on_left)
+        self._room.on("disconnected", self._on_disconnected)
+        self._state = _State.OPEN
+        return self
+
+    async def aclose(self) -> None:
+        """Stop listening; iteration ends. Idempotent."""
+        if self._state is _State.OPEN:
+            self._room.off("data_received", self._on_data)
+            self._room.off("participant_disconnected", self._on_left)
+            self._room.off("disconnected", self._on_disconnected)
+            self._queue.put_nowait(_END)
+        self._state = _State.CLOSED
+
+    async def __aenter__(self) -> RoomTransport:
+        return self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def send(self, data: bytes, *, to: Sequence[str] | None = None) -> None:
+        """Publish ``data`` as one reliable packet on the topic."""
+        if self._state is not _State.OPEN:
+            raise RuntimeError(f"RoomTransport is {self._state.value}")
+        try:
+            await self._room.local_participant.publish_data(
+                data,
+                reliable=True,
+                destination_identities=list(to) if to is not None else [],
+                topic=self._topic,
+            )
+        except Exception as exc:  # the FFI raises PublishDataError or plain errors
+            raise TransportError(f"publish_data failed: {exc}") from exc
+
+    def __aiter__(self) -> AsyncIterator[Incoming]:
+        if self._state is _State.NEW:
+            raise RuntimeError("RoomTransport is not started")
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Incoming]:
+        while True:
+            item = await self._queue.get()
+            if item is _END:
+                self._queue.put_nowait(_END)  # later iterators end too
+                return
+            assert isinstance(item, Packet | Left)
+            yield item
+
+    # -- room callbacks (event loop thread) -----------------------------------------
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        if packet.topic != self._topic or packet.participant is None:
+            return
+        if self._queue.qsize() >= self._max_pending:
+            self.dropped += 1
+            logger.warning("incoming packet dropped", extra={"dropped": self.dropped})
+            return
+        self._queue.put_nowait(Packet(packet.participant.identity, packet.data))
+
+    def _on_left(self, participant: rtc.RemoteParticipant) -> None:
+        self._queue.put_nowait(Left(participant.identity))
+
+    def _on_disconnected(self, *_: object) -> None:
+        # The room is gone: iteration ends; sends fail with TransportError from now on.
+        self._queue.put_nowait(_END)
