@@ -1,0 +1,7 @@
+"""``python -m client``: same as the ``alicia-client`` console script."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,378 @@
+"""A protocol client session over a real LiveKit room (used by the CLI, tests and benches).
+
+Exceptions::
+
+    ClientError
+    ├── ConnectError       cannot join the room (bad URL, server down, bad token)
+    ├── AgentMissingError  no agent participant joined the room in time
+    ├── HandshakeError     no Configuration reply, or the server refused it
+    └── TurnTimeoutError   a turn was not answered in time
+
+Lifecycle: ``connect()`` → ``wait_for_agent()`` → ``handshake()`` → ``ask()`` /
+``wait_turn()`` / ``set_show_reasoning()`` … → ``aclose()``. The session is an async
+context manager; using it after ``aclose()`` raises ``RuntimeError``.
+
+Methods take a ``timeout`` (``# noqa: ASYNC109``) because expiry becomes one of the
+typed errors above with a message for the user, not a bare ``TimeoutError``.
+
+Incoming packets are decoded in the room's data callback, checked for order (the
+server numbers -1, -2, …; replays at or below the high mark are dropped as
+duplicates), folded into turns by :class:`~client.assembly.TurnAssembler` and passed
+to the listeners synchronously: there is no unbounded queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from livekit import rtc
+
+from protocol import (
+    DATA_TOPIC,
+    Configuration,
+    Envelope,
+    ErrorMessage,
+    Feature,
+    ProtocolError,
+    StanzaCounter,
+    StanzaOrder,
+    UserMessage,
+    decode,
+    encode,
+    envelope,
+)
+from protocol.ids import MESSAGE, new_id
+
+from .assembly import (
+    AnswerDone,
+    ConfigurationReceived,
+    ErrorReceived,
+    Event,
+    Turn,
+    TurnAssembler,
+)
+
+__all__ = [
+    "CLIENT_VERSION",
+    "AgentMissingError",
+    "ClientError",
+    "ClientSession",
+    "ConnectError",
+    "HandshakeError",
+    "TurnTimeoutError",
+    "features_for",
+]
+
+logger = logging.getLogger(__name__)
+
+CLIENT_VERSION: Final = "alicia-client/0.1.0"
+RESEND_INTERVAL: Final = 1.0
+"""Seconds between repeats of an unanswered Configuration."""
+
+EnvelopeListener = Callable[[Envelope[Any]], None]
+EventListener = Callable[[Event], None]
+
+
+class ClientError(Exception):
+    """Base of the client session's errors."""
+
+
+class ConnectError(ClientError):
+    """Joining the LiveKit room failed."""
+
+
+class AgentMissingError(ClientError):
+    """No agent participant joined the room in time."""
+
+
+class HandshakeError(ClientError):
+    """The Configuration handshake or update got no reply, or an error."""
+
+
+class TurnTimeoutError(ClientError):
+    """A turn did not finish in time."""
+
+
+def features_for(show_reasoning: bool) -> list[str]:
+    """The Configuration ``features`` this client announces (§4.8)."""
+    features = [str(Feature.STREAMING)]
+    if show_reasoning:
+        features.append(str(Feature.REASONING_STEP_DISPLAY))
+    return features
+
+
+class ClientSession:
+    """One client of the Alicia protocol in one room (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        show_reasoning: bool = True,
+        device: str = "cli",
+        client_version: str = CLIENT_VERSION,
+        agent_identity: str | None = None,
+        max_turns: int = 256,
+    ) -> None:
+        self.room = rtc.Room()
+        self.device = device
+        self.client_version = client_version
+        self.conversation_id: str | None = None
+        self.server_config: Configuration | None = None
+        self.agent_identity = agent_identity
+        self.assembler = TurnAssembler(show_reasoning=show_reasoning, max_turns=max_turns)
+        self.decode_errors = 0
+        self.duplicates = 0
+        self._counter = StanzaCounter("client")
+        self._order = StanzaOrder("server")
+        self._envelope_listeners: list[EnvelopeListener] = []
+        self._event_listeners: list[EventListener] = []
+        self._config_waiter: asyncio.Future[Configuration] | None = None
+        self._turn_done: dict[str, asyncio.Event] = {}
+        self._agent_seen = asyncio.Event()
+        self._state: Literal["new", "connected", "closed"] = "new"
+        self.room.on("data_received", self._on_data)
+        self.room.on("participant_connected", self._on_participant)
+
+    # --- listeners ------------------------------------------------------------------
+
+    @property
+    def show_reasoning(self) -> bool:
+        """Whether reasoning steps are currently displayed."""
+        return self.assembler.show_reasoning
+
+    def on_envelope(self, listener: EnvelopeListener) -> None:
+        """Call ``listener`` with every envelope sent or accepted (sign of stanzaId = side)."""
+        self._envelope_listeners.append(listener)
+
+    def on_event(self, listener: EventListener) -> None:
+        """Call ``listener`` with every turn event, in arrival order."""
+        self._event_listeners.append(listener)
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def connect(self, url: str, token: str, *, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+        """Join the room at ``url`` with ``token``; :class:`ConnectError` on failure."""
+        if self._state != "new":
+            raise RuntimeError(f"ClientSession cannot connect when {self._state}")
+        try:
+            async with asyncio.timeout(timeout):
+                await self.room.connect(url, token)
+        except TimeoutError as exc:
+            raise ConnectError(f"could not join a room at {url} within {timeout:g}s") from exc
+        except rtc.ConnectError as exc:
+            raise ConnectError(f"could not join a room at {url}: {exc.message}") from exc
+        self._state = "connected"
+        for p in self.room.remote_participants.values():
+            self._on_participant(p)
+
+    async def wait_for_agent(self, timeout: float = 30.0) -> str:  # noqa: ASYNC109
+        """Wait until an agent participant is in the room; its identity."""
+        self._require_connected()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._agent_seen.wait()
+        except TimeoutError as exc:
+            raise AgentMissingError(
+                f"no agent joined room {self.room.name!r} within {timeout:g}s "
+                "(is the worker running against this livekit-server?)"
+            ) from exc
+        assert self.agent_identity is not None
+        return self.agent_identity
+
+    async def handshake(
+        self,
+        *,
+        timeout: float = 15.0,  # noqa: ASYNC109
+        conversation_id: str | None = None,
+    ) -> Configuration:
+        """Send the opening Configuration and wait for the server's (§4.1)."""
+        self._require_connected()
+        body = Configuration(
+            conversation_id=conversation_id,
+            last_sequence_seen=0,
+            client_version=self.client_version,
+            device=self.device,
+            features=features_for(self.show_reasoning),
+        )
+        reply = await self._configure(body, timeout)
+        self.conversation_id = reply.conversation_id or conversation_id or self.room.name
+        return reply
+
+    async def set_show_reasoning(self, show: bool, *, timeout: float = 10.0) -> Configuration:  # noqa: ASYNC109
+        """Toggle reasoning display: send a Configuration update and wait for the reply."""
+        self._require_conversation()
+        self.assembler.show_reasoning = show
+        body = Configuration(
+            conversation_id=self.conversation_id,
+            client_version=self.client_version,
+            device=self.device,
+            features=features_for(show),
+        )
+        return await self._configure(body, timeout)
+
+    async def ask(self, text: str) -> Turn:
+        """Send a UserMessage and return its (open) turn."""
+        conversation_id = self._require_conversation()
+        previous = next(
+            (t.answer_id for t in reversed(self.assembler.turns) if t.answer_id is not None),
+            None,
+        )
+        message = UserMessage(
+            id=new_id(MESSAGE),
+            conversation_id=conversation_id,
+            content=text,
+            previous_id=previous,
+            timestamp=int(time.time() * 1000),
+        )
+        turn = self.assembler.start(message)
+        self._turn_done[message.id] = asyncio.Event()
+        await self._send(message)
+        return turn
+
+    async def wait_turn(self, turn: Turn, *, timeout: float = 60.0) -> Turn:  # noqa: ASYNC109
+        """Wait until ``turn`` is finished (answer complete or ended by an error)."""
+        done = self._turn_done.get(turn.user_message_id)
+        if done is None or turn.finished:
+            return turn
+        try:
+            async with asyncio.timeout(timeout):
+                await done.wait()
+        except TimeoutError as exc:
+            raise TurnTimeoutError(
+                f"no complete answer to {turn.user_message_id} within {timeout:g}s"
+            ) from exc
+        finally:
+            self._turn_done.pop(turn.user_message_id, None)
+        return turn
+
+    async def aclose(self) -> None:
+        """Leave the room (idempotent)."""
+        if self._state == "closed":
+            return
+        was_connected = self._state == "connected"
+        self._state = "closed"
+        self.room.off("data_received", self._on_data)
+        self.room.off("participant_connected", self._on_participant)
+        if self._config_waiter is not None and not self._config_waiter.done():
+            self._config_waiter.cancel()
+        if was_connected:
+            await self.room.disconnect()
+
+    async def __aenter__(self) -> ClientSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # --- internals ------------------------------------------------------------------
+
+    def _require_connected(self) -> None:
+        if self._state != "connected":
+            raise RuntimeError(f"ClientSession is {self._state}, not connected")
+
+    def _require_conversation(self) -> str:
+        self._require_connected()
+        if self.conversation_id is None:
+            raise RuntimeError("handshake() first")
+        return self.conversation_id
+
+    async def _configure(self, body: Configuration, timeout: float) -> Configuration:  # noqa: ASYNC109
+        if self._config_waiter is not None and not self._config_waiter.done():
+            raise RuntimeError("a Configuration is already waiting for its reply")
+        waiter: asyncio.Future[Configuration] = asyncio.get_running_loop().create_future()
+        self._config_waiter = waiter
+        env = await self._send(body)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    done, _ = await asyncio.wait({waiter}, timeout=RESEND_INTERVAL)
+                    if done:
+                        break
+                    # Right after joining, the agent may not know us yet and drops what
+                    # we send; repeat the same envelope (same stanzaId: a duplicate for a
+                    # server that already has it) until the reply comes.
+                    await self._publish(env)
+                reply = waiter.result()
+        except TimeoutError as exc:
+            raise HandshakeError(
+                f"the agent did not answer our Configuration within {timeout:g}s"
+            ) from exc
+        finally:
+            self._config_waiter = None
+        self.server_config = reply
+        return reply
+
+    async def _send(self, body: Any) -> Envelope[Any]:
+        env = envelope(
+            body, stanza_id=self._counter.next(), conversation_id=self.conversation_id or ""
+        )
+        for listener in self._envelope_listeners:
+            listener(env)
+        await self._publish(env)
+        return env
+
+    async def _publish(self, env: Envelope[Any]) -> None:
+        destinations = [self.agent_identity] if self.agent_identity else []
+        await self.room.local_participant.publish_data(
+            encode(env), reliable=True, destination_identities=destinations, topic=DATA_TOPIC
+        )
+
+    def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
+        if self.agent_identity is None:
+            if participant.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+                return
+            self.agent_identity = participant.identity
+        if participant.identity == self.agent_identity:
+            self._agent_seen.set()
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        if packet.topic != DATA_TOPIC:
+            return
+        sender = packet.participant.identity if packet.participant else None
+        if self.agent_identity is not None and sender != self.agent_identity:
+            return
+        try:
+            env = decode(packet.data)
+        except ProtocolError:
+            self.decode_errors += 1
+            logger.warning("undecodable packet from the agent", extra={"sender": sender})
+            return
+        if env.stanza_id >= 0:
+            return  # another client's envelope, not the server's
+        if self._order.seen(env.stanza_id):
+            self.duplicates += 1
+            return
+        self._order.check(env.stanza_id)
+        for listener in self._envelope_listeners:
+            listener(env)
+        for event in self.assembler.feed(env):
+            self._dispatch(event)
+
+    def _dispatch(self, event: Event) -> None:
+        waiter = self._config_waiter
+        if isinstance(event, ConfigurationReceived):
+            if waiter is not None and not waiter.done():
+                waiter.set_result(event.config)
+        elif isinstance(event, ErrorReceived) and event.turn is None:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(HandshakeError(_describe(event.error)))
+        elif isinstance(event, AnswerDone):
+            done = self._turn_done.get(event.turn.user_message_id)
+            if done is not None:
+                done.set()
+        for listener in self._event_listeners:
+            listener(event)
+
+
+def _describe(error: ErrorMessage) -> str:
+    return f"agent error {error.code}: {error.message}"

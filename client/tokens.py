@@ -1,0 +1,35 @@
+"""Join tokens for debug clients, minted with ``livekit-api`` from an API key/secret."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Final
+
+from livekit import api
+
+__all__ = ["NAME_PATTERN", "mint_token", "valid_name"]
+
+NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+"""Room names and identities debug clients may ask for."""
+
+
+def valid_name(value: str) -> bool:
+    """True if ``value`` is an acceptable room name or identity (1-128 of ``[A-Za-z0-9_.-]``)."""
+    return NAME_PATTERN.fullmatch(value) is not None
+
+
+def mint_token(
+    api_key: str,
+    api_secret: str,
+    *,
+    room: str,
+    identity: str,
+    ttl: timedelta = timedelta(hours=6),
+) -> str:
+    """A JWT that lets ``identity`` join ``room`` and publish data."""
+    grants = api.VideoGrants(
+        room_join=True, room=room, can_publish=True, can_publish_data=True, can_subscribe=True
+    )
+    tok = api.AccessToken(api_key, api_secret).with_identity(identity).with_name(identity)
+    return tok.with_grants(grants).with_ttl(ttl).to_jwt()

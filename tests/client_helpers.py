@@ -1,0 +1,168 @@
+"""A scripted protocol peer for client tests: joins a real room as an *agent* participant.
+
+It answers like a server (PROTOCOL.md §4.1-§4.3): a Configuration for each client
+Configuration, and for each UserMessage the steps of a script, one tool call, then a
+streamed answer. It lets client tests run without the worker (the worker has its own
+tests; ``tests/test_client_worker.py`` runs the client against it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from livekit import api, rtc
+
+from harness import LiveKitServer
+from protocol import (
+    DATA_TOPIC,
+    AssistantSentence,
+    Configuration,
+    Envelope,
+    ReasoningStep,
+    StanzaCounter,
+    StartAnswer,
+    ToolUseRequest,
+    ToolUseResult,
+    UserMessage,
+    decode,
+    encode,
+    envelope,
+    new_id,
+)
+
+__all__ = ["Script", "ScriptedAgent", "scripted_agent"]
+
+
+@dataclass(slots=True)
+class Script:
+    """What the scripted agent says for every user message."""
+
+    steps: list[str] = field(
+        default_factory=lambda: ["Read the question.", "Recall that 6 x 7 = 42.", "Answer."]
+    )
+    total_steps: bool = True
+    sentences: list[str] = field(default_factory=lambda: ["The answer is 42.", "Easy."])
+    tool: bool = True
+    duplicate_steps: bool = True
+
+
+class ScriptedAgent:
+    """Receives client envelopes and replies per :class:`Script`."""
+
+    def __init__(self, room: rtc.Room, script: Script) -> None:
+        self.room = room
+        self.script = script
+        self.received: list[Envelope[Any]] = []
+        self.sent: list[Envelope[Any]] = []
+        self._counter = StanzaCounter("server")
+        self._tasks: set[asyncio.Task[None]] = set()
+        room.on("data_received", self._on_data)
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        if packet.topic != DATA_TOPIC or packet.participant is None:
+            return  # like a strict server: drop what comes from a not-yet-known sender
+        env = decode(packet.data)
+        self.received.append(env)
+        task = asyncio.get_running_loop().create_task(self._reply(env, packet.participant.identity))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, body: Any, conv: str, to: str) -> Envelope[Any]:
+        env = envelope(body, stanza_id=self._counter.next(), conversation_id=conv)
+        self.sent.append(env)
+        await self.room.local_participant.publish_data(
+            encode(env), reliable=True, destination_identities=[to], topic=DATA_TOPIC
+        )
+        return env
+
+    async def _reply(self, env: Envelope[Any], to: str) -> None:
+        conv = self.room.name
+        body = env.body
+        if isinstance(body, Configuration):
+            reply = Configuration(
+                conversation_id=conv, features=["streaming", "reasoning_steps", "tool_use"]
+            )
+            await self._send(reply, conv, to)
+        elif isinstance(body, UserMessage):
+            await self._turn(body, conv, to)
+
+    async def _turn(self, msg: UserMessage, conv: str, to: str) -> None:
+        s = self.script
+        total = len(s.steps) if s.total_steps else None
+        for i, text in enumerate(s.steps, start=1):
+            step = ReasoningStep(
+                id=new_id("rs"),
+                conversation_id=conv,
+                previous_id=msg.id,
+                content=text,
+                step_index=i,
+                total_steps=total,
+            )
+            sent = await self._send(step, conv, to)
+            if s.duplicate_steps and i == 1:
+                # A replayed duplicate (same stanzaId): the client must drop it.
+                await self.room.local_participant.publish_data(
+                    encode(sent), reliable=True, destination_identities=[to], topic=DATA_TOPIC
+                )
+            if s.tool and i == 1:
+                req = ToolUseRequest(
+                    id=new_id("toolreq"),
+                    conversation_id=conv,
+                    previous_id=msg.id,
+                    tool_name="calculator",
+                    parameters={"expression": "6*7"},
+                    execution="server",
+                )
+                await self._send(req, conv, to)
+                res = ToolUseResult(request_id=req.id, success=True, result={"value": 42})
+                await self._send(res, conv, to)
+        answer_id = new_id("msg")
+        await self._send(
+            StartAnswer(id=answer_id, previous_id=msg.id, conversation_id=conv), conv, to
+        )
+        for n, text in enumerate(s.sentences, start=1):
+            sentence = AssistantSentence(
+                previous_id=answer_id,
+                conversation_id=conv,
+                sequence=n,
+                text=text,
+                is_final=n == len(s.sentences),
+            )
+            await self._send(sentence, conv, to)
+
+    async def aclose(self) -> None:
+        """Wait for replies in flight, stop listening."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.room.off("data_received", self._on_data)
+
+    def configurations(self) -> list[Configuration]:
+        """The Configuration bodies received from the client, in order."""
+        return [e.body for e in self.received if isinstance(e.body, Configuration)]
+
+
+@contextlib.asynccontextmanager
+async def scripted_agent(
+    server: LiveKitServer, room: str, script: Script | None = None
+) -> AsyncIterator[ScriptedAgent]:
+    """A :class:`ScriptedAgent` joined to ``room`` with an agent token."""
+    grants = api.VideoGrants(room_join=True, room=room, agent=True)
+    token = (
+        api.AccessToken(server.api_key, server.api_secret)
+        .with_identity("scripted-agent")
+        .with_kind("agent")
+        .with_grants(grants)
+        .to_jwt()
+    )
+    r = rtc.Room()
+    await r.connect(server.url, token)
+    agent = ScriptedAgent(r, script or Script())
+    try:
+        yield agent
+    finally:
+        await agent.aclose()
+        await r.disconnect()
