@@ -14,12 +14,23 @@ Decoding is two-step (envelope with a raw body, then the body by its ``type``):
   path are final and name the offending field.
 
 An unknown ``type`` code decodes to an :class:`UnknownBody` and never raises.
+
+Whatever the bytes, :func:`decode` raises only :class:`~protocol.errors.DecodeError`
+(or its :class:`~protocol.errors.ValidationError`): msgspec errors, invalid UTF-8 and
+nesting too deep for the interpreter's recursion limit are all mapped at this boundary.
+
+:func:`encode` checks what the receiver's decoder would reject and type hints cannot
+express (int32/uint16/uint32 ranges, float ranges, enum and literal values, str meta
+keys, packet size) and raises :class:`~protocol.errors.EncodeError` instead of sending
+a packet the peer must refuse. The checks are a small per-type table derived from the
+Struct definitions with ``msgspec.inspect``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
@@ -76,13 +87,131 @@ _any_decoder: Final = msgspec.msgpack.Decoder()
 _body_decoders: Final[dict[int, msgspec.msgpack.Decoder[Any]]] = {
     int(code): msgspec.msgpack.Decoder(cls) for code, cls in BODY_TYPES.items()
 }
-_code_of: Final[dict[type[Any], int]] = {cls: int(code) for code, cls in BODY_TYPES.items()}
 _wire_fields: Final[dict[int, frozenset[str]]] = {
     int(code): frozenset(cls.__struct_encode_fields__) for code, cls in BODY_TYPES.items()
 }
 _required_nullable: Final[dict[int, tuple[str, ...]]] = {
     int(MessageType.COMMENTARY): ("targetId",),  # nil/absent = the whole conversation
 }
+
+
+# --- encode-side checks -----------------------------------------------------------------
+
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+_UINT16_MAX: Final = 2**16 - 1
+_INT64_MIN: Final = -(2**63)
+_UINT64_MAX: Final = 2**64 - 1
+
+# (attribute, wire key, required, number type, low, high, allowed values or None)
+_Rule: TypeAlias = tuple[
+    str, str, bool, type[Any] | tuple[type[Any], ...], float, float, frozenset[Any] | None
+]
+
+
+def _rule_for(field: msgspec.inspect.Field) -> _Rule | None:
+    """The encode check of one Struct field, or None if type hints already cover it."""
+    t = field.type
+    if isinstance(t, msgspec.inspect.UnionType):
+        inner = [m for m in t.types if not isinstance(m, msgspec.inspect.NoneType)]
+        if len(inner) != 1:
+            return None
+        t = inner[0]
+    head = (field.name, field.encode_name, field.required)
+    if isinstance(t, msgspec.inspect.IntType):
+        lo = _INT64_MIN if t.ge is None else t.ge
+        hi = _UINT64_MAX if t.le is None else t.le
+        return (*head, int, lo, hi, None)
+    if isinstance(t, msgspec.inspect.FloatType) and (t.ge is not None or t.le is not None):
+        lo_f = -math.inf if t.ge is None else t.ge
+        hi_f = math.inf if t.le is None else t.le
+        return (*head, (int, float), lo_f, hi_f, None)
+    if isinstance(t, msgspec.inspect.LiteralType):
+        return (*head, object, 0, 0, frozenset(t.values))
+    if isinstance(t, msgspec.inspect.EnumType):
+        return (*head, object, 0, 0, frozenset(m.value for m in t.cls))
+    return None
+
+
+def _rules_of(cls: type[Any]) -> tuple[_Rule, ...]:
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return tuple(r for f in info.fields if (r := _rule_for(f)) is not None)
+
+
+def _compile_fast_check(rules: tuple[_Rule, ...]) -> Callable[[Any], bool]:
+    """A predicate on an envelope: True when it is plainly valid to send.
+
+    It covers ``stanzaId`` (int32), ``conversationId`` (str), no meta keys to inspect,
+    and every constrained body field. Its source is generated (as dataclasses and
+    attrs generate ``__init__``): one boolean expression per field, several times
+    cheaper than looping over the rules. It may say False for something the full
+    check accepts (an ``IntEnum`` in an int field, an int in a float field, a meta
+    map); :func:`encode` then runs :func:`_check_envelope`, which decides.
+    """
+    ns: dict[str, Any] = {"inf": math.inf}
+    terms = [
+        f"type(s := e.stanza_id) is int and {_INT32_MIN} <= s <= {_INT32_MAX}",
+        "type(e.conversation_id) is str",
+        "not e.meta",
+    ]
+    if rules:
+        terms.append("(b := e.body) is b")
+    for i, (attr, _wire, required, kind, lo, hi, allowed) in enumerate(rules):
+        v = f"v{i}"
+        if allowed is not None:
+            ns[f"a{i}"] = allowed
+            test = f"type({v}) is not bool and {v} in a{i}"
+        else:
+            test = f"type({v}) is {'int' if kind is int else 'float'} and {lo!r} <= {v} <= {hi!r}"
+        if required:
+            terms.append(f"(({v} := b.{attr}) is not None and {test})")
+        else:
+            terms.append(f"(({v} := b.{attr}) is None or ({test}))")
+    body = " and ".join(f"({t})" for t in terms)
+    exec(f"def plainly_valid(e):\n    return {body}\n", ns)
+    check: Callable[[Any], bool] = ns["plainly_valid"]
+    return check
+
+
+_EncodePlan: TypeAlias = tuple[int, tuple[_Rule, ...], Callable[[Any], bool]]
+_ENCODE_PLAN: Final[dict[type[Any], _EncodePlan]] = {
+    cls: (int(code), rules, _compile_fast_check(rules))
+    for code, cls in BODY_TYPES.items()
+    for rules in (_rules_of(cls),)
+}
+"""Body class -> (type code, checks of its constrained fields, fast envelope predicate)."""
+
+
+def _check_envelope(env: Envelope[Any], rules: tuple[_Rule, ...]) -> None:
+    """Raise EncodeError naming the first value the receiver's decoder would reject."""
+    sid = env.stanza_id
+    if type(sid) is bool or not isinstance(sid, int) or not _INT32_MIN <= sid <= _INT32_MAX:
+        raise EncodeError(f"stanzaId={sid!r} is not an int32 - at `$.stanzaId`")
+    if not isinstance(env.conversation_id, str):
+        raise EncodeError(f"conversationId={env.conversation_id!r} is not a str")
+    if env.meta is not None:
+        if not isinstance(env.meta, dict):
+            raise EncodeError(f"meta is not a map: {type(env.meta).__name__} - at `$.meta`")
+        for key in env.meta:
+            if not isinstance(key, str):
+                raise EncodeError(f"meta key {key!r} is not a str - at `$.meta`")
+    body = env.body
+    for attr, wire, required, kind, lo, hi, allowed in rules:
+        v = getattr(body, attr)
+        if v is None:
+            ok = not required
+        elif type(v) is bool:  # a msgpack bool is not an int on the wire
+            ok = False
+        elif allowed is not None:
+            ok = v in allowed
+        else:
+            ok = isinstance(v, kind) and lo <= v <= hi
+        if not ok:
+            want = f"one of {sorted(allowed)!r}" if allowed is not None else f"in [{lo}, {hi}]"
+            raise EncodeError(
+                f"{type(body).__name__}: {wire}={v!r} is not {want} - at `$.body.{wire}`"
+            )
 
 
 # --- alias tables (PROTOCOL.md §3 "Aliases") -----------------------------------------
@@ -196,15 +325,20 @@ def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
     """
     try:
         head = _envelope_decoder.decode(data)
+        body = _decode_body(head.type, head.body)
     except msgspec.ValidationError as exc:
         raise ValidationError(f"Envelope: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise DecodeError(f"not a MessagePack envelope: {exc}") from exc
+    except RecursionError as exc:
+        raise DecodeError("MessagePack data is nested too deeply") from exc
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"invalid UTF-8 in a MessagePack str: {exc.reason}") from exc
     return Envelope(
         stanza_id=head.stanza_id,
         conversation_id=head.conversation_id or "",
         type=head.type,
-        body=_decode_body(head.type, head.body),
+        body=body,
         meta=head.meta,
     )
 
@@ -212,38 +346,46 @@ def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
 def encode(env: Envelope[Any]) -> bytes:
     """Encode an envelope to MessagePack bytes (primary keys only, absent fields omitted).
 
-    Raises :class:`~protocol.errors.EncodeError` if ``type`` does not match the body,
-    a value cannot be encoded or ``stanzaId`` is outside int32, and
-    :class:`~protocol.errors.PacketTooLargeError` above :data:`MAX_PACKET_BYTES`.
+    Raises :class:`~protocol.errors.EncodeError` for a value the receiver would reject
+    (``type`` not matching the body, ``stanzaId`` or a body field out of range, a
+    literal/enum field with an unknown value, a non-str meta key, an unencodable value)
+    and :class:`~protocol.errors.PacketTooLargeError` above :data:`MAX_PACKET_BYTES`.
     """
     body = env.body
-    expected = _code_of.get(type(body))
-    if expected is None:
-        if not isinstance(body, UnknownBody):
-            raise EncodeError(f"not a protocol body: {type(body).__name__}")
-        expected = body.type_code
-    if env.type != expected:
-        raise EncodeError(f"envelope type {env.type} does not match body {type(body).__name__}")
-    if not -(2**31) <= env.stanza_id < 2**31:
-        raise EncodeError(f"stanzaId {env.stanza_id} is outside int32")
+    plan = _ENCODE_PLAN.get(type(body))
+    if plan is not None:
+        code, rules, plainly_valid = plan
+        if env.type != code:
+            raise EncodeError(f"envelope type {env.type} does not match {type(body).__name__}")
+        if not plainly_valid(env):
+            _check_envelope(env, rules)
+        obj: Any = env
+    elif isinstance(body, UnknownBody):
+        if env.type != body.type_code or not 0 <= body.type_code <= _UINT16_MAX:
+            raise EncodeError(f"envelope type {env.type} does not match unknown type body")
+        _check_envelope(env, ())
+        obj = _unknown_as_dict(env, body)
+    else:
+        raise EncodeError(f"not a protocol body: {type(body).__name__}")
     try:
-        if isinstance(body, UnknownBody):
-            data = _encoder.encode(
-                {
-                    "stanzaId": env.stanza_id,
-                    "conversationId": env.conversation_id,
-                    "type": env.type,
-                    **({"meta": env.meta} if env.meta is not None else {}),
-                    "body": body.fields,
-                }
-            )
-        else:
-            data = _encoder.encode(env)
-    except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+        data = _encoder.encode(obj)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
         raise EncodeError(f"cannot encode {type(body).__name__}: {exc}") from exc
     if len(data) > MAX_PACKET_BYTES:
         raise PacketTooLargeError(len(data), MAX_PACKET_BYTES)
     return data
+
+
+def _unknown_as_dict(env: Envelope[Any], body: UnknownBody) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "stanzaId": env.stanza_id,
+        "conversationId": env.conversation_id,
+        "type": env.type,
+        "body": body.fields,
+    }
+    if env.meta is not None:
+        out["meta"] = env.meta
+    return out
 
 
 def split_text(text: str, max_bytes: int = TEXT_BUDGET_BYTES) -> list[str]:
