@@ -1,0 +1,67 @@
+"""Engine construction shared by the writer, the stats CLI and the Alembic env.
+
+PostgreSQL via ``postgresql+asyncpg://…`` (production) and SQLite via
+``sqlite+aiosqlite:///file`` (embedded). SQLite connections get foreign keys on, WAL
+journaling and a busy timeout, so both backends enforce the same constraints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+__all__ = ["VERSION_TABLE", "create_engine", "is_postgres", "is_sqlite"]
+
+VERSION_TABLE: Final = "alicia_alembic_version"
+"""Alembic's version table (prefixed so the schema can share a database)."""
+
+MIGRATION_LOCK_KEY: Final = 0x616C6963  # "alic": pg_advisory_xact_lock key for upgrades
+
+
+def is_postgres(url: str) -> bool:
+    """True for a ``postgresql[+driver]://`` URL."""
+    return make_url(url).get_backend_name() == "postgresql"
+
+
+def is_sqlite(url: str) -> bool:
+    """True for a ``sqlite[+driver]://`` URL."""
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def create_engine(
+    url: str,
+    *,
+    pool_size: int = 3,
+    connect_timeout: float = 5.0,
+    command_timeout: float = 30.0,
+    pooled: bool = True,
+) -> AsyncEngine:
+    """An async engine for ``url`` with our connection settings (see module docstring)."""
+    kwargs: dict[str, Any] = {}
+    if is_postgres(url):
+        kwargs["connect_args"] = {"timeout": connect_timeout, "command_timeout": command_timeout}
+        if pooled:
+            kwargs.update(pool_size=pool_size, max_overflow=2, pool_pre_ping=True)
+        else:
+            kwargs["poolclass"] = NullPool
+    elif is_sqlite(url):
+        kwargs["connect_args"] = {"timeout": command_timeout}
+        if not pooled:
+            kwargs["poolclass"] = NullPool
+    engine = create_async_engine(url, **kwargs)
+    if is_sqlite(url):
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine

@@ -1,0 +1,245 @@
+"""On-disk overflow of the storage writer: immutable segment files of queued envelopes.
+
+Layout under the spill root (one root per database)::
+
+    <root>/<created_ns>-<pid>-<token>/   one directory per writer process
+        lock                             flock'd while the writer lives
+        <first_seq>-<last_seq>.seg       a msgpack array of records, fsync'd, renamed into place
+    <root>/dead-letter/                  records the database refused (kept, never replayed)
+
+A segment is written to a temporary name, fsync'd, renamed, and the directory fsync'd,
+so a crash never leaves a torn segment. A writer holds ``flock`` on its directory's
+``lock`` file; at start it adopts every directory whose lock it can take (its owner is
+gone) and replays those segments before its own, oldest directory first. Segments are
+ordered by the sequence number of their first record, so a segment written later from
+records older than an existing one still sorts first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from protocol import BODY_TYPES, Envelope, MessageType
+
+__all__ = ["Item", "Segment", "SpillDir", "decode_items", "encode_items"]
+
+logger = logging.getLogger("alicia.storage")
+
+DEAD_LETTER: Final = "dead-letter"
+_SUFFIX: Final = ".seg"
+
+
+class Item(NamedTuple):
+    """One queued envelope: submit order, submit time (epoch s), envelope, turn hint."""
+
+    seq: int
+    at: float
+    env: Envelope[Any]
+    turn: str | None = None
+    """For a ToolUseRequest without ``previousId``: the turn's user message id at submit."""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_records = msgspec.msgpack.Decoder(list[tuple[int, float, int, str, int, Any, bytes, Any]])
+
+
+def encode_items(items: Iterable[Item]) -> bytes:
+    """Serialise items (bodies as their wire maps) into one msgpack document."""
+    out = []
+    for it in items:
+        env = it.env
+        out.append(
+            (
+                it.seq,
+                it.at,
+                env.stanza_id,
+                env.conversation_id,
+                env.type,
+                env.meta,
+                _encoder.encode(env.body),
+                it.turn,
+            )
+        )
+    return _encoder.encode(out)
+
+
+def decode_items(data: bytes) -> list[Item]:
+    """Inverse of :func:`encode_items`; ``msgspec.DecodeError`` on a damaged document."""
+    items: list[Item] = []
+    for seq, at, stanza, conv, code, meta, raw, turn in _records.decode(data):
+        body = msgspec.msgpack.decode(raw, type=BODY_TYPES[MessageType(code)])
+        env = Envelope(stanza_id=stanza, conversation_id=conv, type=code, body=body, meta=meta)
+        items.append(Item(seq, at, env, turn))
+    return items
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Segment:
+    """One segment file; sorts oldest first (directory age, then first record)."""
+
+    dir_key: str
+    first: int
+    last: int
+    path: Path = field(compare=False)
+    count: int = field(compare=False, default=0)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _segment_of(dir_key: str, path: Path) -> Segment | None:
+    try:
+        first, last = (int(p) for p in path.stem.split("-"))
+    except ValueError:
+        return None
+    return Segment(dir_key, first, last, path)
+
+
+class SpillDir:
+    """The spill area of one writer: its own locked directory plus adopted orphans."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._own: Path | None = None
+        self._locks: dict[Path, int] = {}
+        self._segments: list[Segment] = []
+
+    @property
+    def own(self) -> Path:
+        """This writer's directory."""
+        if self._own is None:
+            raise RuntimeError("SpillDir not opened")
+        return self._own
+
+    def open(self) -> list[Segment]:
+        """Create our directory, adopt orphans; return the adopted segments, oldest first."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
+        own = self.root / name
+        own.mkdir()
+        fd = _try_lock(own / "lock")
+        if fd is None:  # pragma: no cover - a fresh random name cannot be locked by others
+            raise RuntimeError(f"cannot lock spill directory {own}")
+        self._own = own
+        self._locks[own] = fd
+        adopted: list[Segment] = []
+        for d in sorted(self.root.iterdir()):
+            if d == own or d.name == DEAD_LETTER or not d.is_dir():
+                continue
+            lock = _try_lock(d / "lock")
+            if lock is None:
+                continue  # a live writer owns it
+            self._locks[d] = lock
+            for tmp in d.glob("*.tmp"):
+                tmp.unlink(missing_ok=True)
+            for p in d.glob(f"*{_SUFFIX}"):
+                seg = _segment_of(d.name, p)
+                if seg is not None:
+                    adopted.append(seg)
+        adopted.sort()
+        self._segments = list(adopted)
+        return adopted
+
+    @property
+    def segments(self) -> Sequence[Segment]:
+        """Segments not yet written to the database, oldest first."""
+        return self._segments
+
+    def oldest(self) -> Segment | None:
+        """The next segment to replay, if any."""
+        return self._segments[0] if self._segments else None
+
+    def write(self, items: Sequence[Item], *, fsync: bool = True) -> Segment:
+        """Persist ``items`` (ascending ``seq``) as a new segment of our directory."""
+        if not items:
+            raise ValueError("no items to spill")
+        seg = self._write_file(self.own, items, fsync=fsync)
+        self._segments.append(seg)
+        self._segments.sort()
+        return seg
+
+    def dead_letter(self, items: Sequence[Item]) -> Path:
+        """Keep records the database refused in ``dead-letter/`` (never replayed)."""
+        d = self.root / DEAD_LETTER
+        d.mkdir(exist_ok=True)
+        return self._write_file(d, items, fsync=True, prefix=f"{time.time_ns():020d}-").path
+
+    def _write_file(
+        self, d: Path, items: Sequence[Item], *, fsync: bool, prefix: str = ""
+    ) -> Segment:
+        data = encode_items(items)
+        first, last = items[0].seq, items[-1].seq
+        final = d / f"{prefix}{first:020d}-{last:020d}{_SUFFIX}"
+        tmp = final.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+        if fsync:
+            _fsync_dir(d)
+        return Segment(d.name, first, last, final, len(items))
+
+    def read(self, seg: Segment) -> list[Item]:
+        """The records of ``seg``."""
+        return decode_items(seg.path.read_bytes())
+
+    def remove(self, seg: Segment) -> None:
+        """Forget a segment whose records are now stored."""
+        seg.path.unlink(missing_ok=True)
+        with contextlib.suppress(ValueError):
+            self._segments.remove(seg)
+        d = seg.path.parent
+        if d != self._own and not any(s.path.parent == d for s in self._segments):
+            self._release(d, remove=True)
+
+    def quarantine(self, seg: Segment) -> None:
+        """Move an unreadable segment to ``dead-letter/`` and forget it."""
+        d = self.root / DEAD_LETTER
+        d.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(seg.path, d / f"{seg.dir_key}-{seg.path.name}")
+        self.remove(seg)
+
+    def _release(self, d: Path, *, remove: bool) -> None:
+        fd = self._locks.pop(d, None)
+        if remove:
+            with contextlib.suppress(OSError):
+                if not any(d.glob(f"*{_SUFFIX}")):
+                    (d / "lock").unlink(missing_ok=True)
+                    d.rmdir()
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Release every lock; drop our directory if nothing is left in it."""
+        for d in list(self._locks):
+            self._release(d, remove=True)
+        self._segments = []
