@@ -134,6 +134,7 @@ class ClientSession:
         self._config_waiter: asyncio.Future[Configuration] | None = None
         self._turn_done: dict[str, asyncio.Event] = {}
         self._agent_seen = asyncio.Event()
+        self._resent: set[str] = set()
         self._state: Literal["new", "connected", "closed"] = "new"
         self.room.on("data_received", self._on_data)
         self.room.on("participant_connected", self._on_participant)
@@ -301,6 +302,7 @@ class ClientSession:
                     # Right after joining, the agent may not know us yet and drops what
                     # we send; repeat the same envelope (same stanzaId: a duplicate for a
                     # server that already has it) until the reply comes.
+                    self._resent.add(str(env.stanza_id))
                     await self._publish(env)
                 reply = waiter.result()
         except TimeoutError as exc:
@@ -353,6 +355,12 @@ class ClientSession:
             self.duplicates += 1
             return
         self._order.check(env.stanza_id)
+        body = env.body
+        if isinstance(body, ErrorMessage) and body.originating_id in self._resent:
+            # The server already had the original: its complaint about our repeat is noise.
+            self._resent.discard(body.originating_id)
+            self.duplicates += 1
+            return
         for listener in self._envelope_listeners:
             listener(env)
         for event in self.assembler.feed(env):
