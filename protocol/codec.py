@@ -361,8 +361,9 @@ def encode(env: Envelope[Any]) -> bytes:
             _check_envelope(env, rules)
         obj: Any = env
     elif isinstance(body, UnknownBody):
-        if env.type != body.type_code or not 0 <= body.type_code <= _UINT16_MAX:
-            raise EncodeError(f"envelope type {env.type} does not match unknown type body")
+        code = body.type_code
+        if env.type != code or not 0 <= code <= _UINT16_MAX or code in _body_decoders:
+            raise EncodeError(f"UnknownBody needs an unknown uint16 type code, not {code}")
         _check_envelope(env, ())
         obj = _unknown_as_dict(env, body)
     else:
