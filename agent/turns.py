@@ -286,7 +286,7 @@ class Conversation:
             await self._error(p, exc, str(env.stanza_id))
             return
         body = env.body
-        if not isinstance(body, Configuration) and env.conversation_id not in ("", self.id):
+        if not isinstance(body, Configuration) and not self._ours(env):
             await self._error(
                 p, WrongConversation(f"this room is conversation {self.id!r}"), _body_id(body)
             )
@@ -299,6 +299,11 @@ class Conversation:
             await self._dispatch(p, env)
         except ProtocolError as exc:
             await self._error(p, exc, _body_id(body))
+
+    def _ours(self, env: Envelope[Any]) -> bool:
+        """The envelope (and its body) name this conversation, or none at all."""
+        body_cid = getattr(env.body, "conversation_id", None)
+        return env.conversation_id in ("", self.id) and body_cid in (None, "", self.id)
 
     async def _dispatch(self, p: Participant, env: Envelope[Any]) -> None:
         body = env.body
@@ -632,7 +637,7 @@ class Conversation:
                         if tc.function.name and not call.name:
                             call.name = tc.function.name
                         call.arguments += tc.function.arguments or ""
-                for part in extractor.feed(delta.model_dump()):
+                for part in extractor.feed(delta.model_dump(warnings=False)):
                     await self._part(turn, part, segmenter)
         for part in extractor.flush():
             await self._part(turn, part, segmenter)
