@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 import openai
 import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from agent.demo_llm import recorded_llm
 from agent.reasoning import Part, ReasoningExtractor
@@ -35,12 +35,12 @@ async def client(llm_server: RecordedLLM) -> AsyncIterator[AsyncOpenAI]:  # noqa
         yield c
 
 
-def user(text: str) -> list[dict[str, Any]]:
+def user(text: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": text}]
 
 
 async def read(
-    client: AsyncOpenAI, messages: list[dict[str, Any]], *, open_at_start: bool = False
+    client: AsyncOpenAI, messages: list[ChatCompletionMessageParam], *, open_at_start: bool = False
 ) -> tuple[list[Part], list[dict[str, str]], str | None, str]:
     """Stream one completion: (parts, tool calls, finish reason, model)."""
     stream = await client.chat.completions.create(
@@ -101,7 +101,10 @@ async def test_stream_named_in_the_last_user_message(
 ) -> None:
     await read(client, user("scenario vllm_reasoning_both_fields please"))
     await read(client, user("now vllm_reasoning"))
-    messages = [*user("openrouter_reasoning"), {"role": "assistant", "content": "ok"}]
+    messages: list[ChatCompletionMessageParam] = [
+        *user("openrouter_reasoning"),
+        {"role": "assistant", "content": "ok"},
+    ]
     messages.append(
         {"role": "user", "content": [{"type": "text", "text": "ollama_qwen3_reasoning"}]}
     )
@@ -136,6 +139,7 @@ async def test_tool_result_gets_the_recorded_followup(
             ],
         }
     )
+    assert spec.tool_result is not None
     messages.append({"role": "tool", "tool_call_id": calls[0]["id"], "content": spec.tool_result})
     parts, calls, finish, _ = await read(client, messages)
     followup = MANIFEST["vllm_tool_followup"]

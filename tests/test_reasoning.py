@@ -245,7 +245,7 @@ def test_whitespace_after_close_tag_does_not_start_the_answer() -> None:
 
 def test_empty_and_null_deltas_yield_nothing() -> None:
     extractor = ReasoningExtractor()
-    for delta in (
+    empties: list[Delta] = [
         {},
         {"role": "assistant"},
         {"content": None},
@@ -254,7 +254,8 @@ def test_empty_and_null_deltas_yield_nothing() -> None:
         {"reasoning_content": None, "content": None},
         {"reasoning": "", "content": ""},
         {"content": None, "refusal": None, "tool_calls": None, "function_call": None},
-    ):
+    ]
+    for delta in empties:
         assert extractor.feed(delta) == []
     assert extractor.flush() == []
 
@@ -320,7 +321,7 @@ def test_open_at_start_reads_content_as_reasoning_until_close() -> None:
 def test_open_at_start_is_cancelled_by_a_reasoning_field() -> None:
     deltas = [{"role": "assistant", "content": ""}, {"reasoning": "R"}, {"content": "Answer."}]
     assert run(deltas, open_at_start=True) == [Reasoning("R"), Answer("Answer.")]
-    blocks = [{"content": [{"type": "thinking", "thinking": "R"}]}, {"content": "A"}]
+    blocks: list[Delta] = [{"content": [{"type": "thinking", "thinking": "R"}]}, {"content": "A"}]
     assert run(blocks, open_at_start=True) == [Reasoning("R"), Answer("A")]
 
 
