@@ -311,6 +311,9 @@ class _Rows:
     tool_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
     tool_results: dict[str, dict[str, Any]] = field(default_factory=dict)
     stops: list[dict[str, Any]] = field(default_factory=list)
+    incomplete: list[dict[str, Any]] = field(default_factory=list)
+    """AssistantMessages with ``state: partial``: the answer is marked failed."""
+    final_seen: set[str] = field(default_factory=set)
 
     def conv(self, cid: str) -> list[Any]:
         c = self.convs.get(cid)
@@ -436,14 +439,18 @@ def build_rows(items: Iterable[Item]) -> _Rows:
                 previous=body.previous_id,
                 role="assistant",
                 contents=body.content,
-                status="completed",
+                status="failed" if body.state == "partial" else "completed",
                 completed=at,
                 model=_model_of(env),
             )
+            if body.state == "partial":
+                rows.incomplete.append({"b_id": body.id, "b_at": at})
         elif kind is AssistantSentence:
             cid = body.conversation_id or cid_env
             rows.holder(body.previous_id, cid, "assistant", at)
             key = (body.previous_id, body.sequence)
+            if body.is_final:
+                rows.final_seen.add(body.previous_id)
             if key not in rows.sentences:
                 rows.sentences[key] = {
                     "message_id": body.previous_id,
@@ -478,7 +485,9 @@ def build_rows(items: Iterable[Item]) -> _Rows:
                 "error_message": _text(body.error_message) if body.error_message else None,
                 "completed_at": at,
             }
-        elif kind is ControlStop and cid_env:
+        elif kind is ControlStop and cid_env and body.target_id not in rows.final_seen:
+            # Stops apply before this batch's sentences; one aimed at an answer whose
+            # final sentence came earlier in the batch arrived too late to stop it.
             rows.stops.append({"b_conv": cid_env, "b_target": body.target_id, "b_at": at})
         elif kind is Configuration and env.stanza_id > 0 and cid_env:
             prefs = {
@@ -546,8 +555,23 @@ class _Dialect:
             )
         if rows.messages:
             await conn.execute(self._upsert_message, list(rows.messages.values()))
+        if rows.stops:
+            await self._stops(conn, rows.stops)
         if rows.sentences:
             await self._sentences(conn, rows)
+        if rows.incomplete:
+            m = MESSAGES
+            await conn.execute(
+                update(m)
+                .where(m.c.id == bindparam("b_id"), m.c.completion_status != "failed")
+                .values(
+                    completion_status="failed",
+                    completed_at=func.coalesce(
+                        m.c.completed_at, bindparam("b_at", type_=m.c.completed_at.type)
+                    ),
+                ),
+                rows.incomplete,
+            )
         if rows.steps:
             if supersede:
                 await self._steps_superseding(conn, rows.steps)
@@ -569,8 +593,6 @@ class _Dialect:
                 ),
                 list(rows.tool_results.values()),
             )
-        if rows.stops:
-            await self._stops(conn, rows.stops)
         await self._conversation_marks(conn, rows)
 
     async def _sentences(self, conn: AsyncConnection, rows: _Rows) -> None:
@@ -594,6 +616,7 @@ class _Dialect:
             if is_final:
                 final_at[mid] = sent_at
         m = MESSAGES
+        open_ = m.c.completion_status.in_(("pending", "streaming"))
         params = [
             {
                 "b_id": mid,
@@ -609,12 +632,12 @@ class _Dialect:
             .values(
                 contents=bindparam("b_contents"),
                 completion_status=case(
-                    (bindparam("b_final"), literal("completed")),
+                    (and_(bindparam("b_final"), open_), literal("completed")),
                     else_=m.c.completion_status,
                 ),
                 completed_at=case(
                     (
-                        bindparam("b_final"),
+                        and_(bindparam("b_final"), open_),
                         func.coalesce(
                             m.c.completed_at, bindparam("b_done", type_=m.c.completed_at.type)
                         ),

@@ -1,0 +1,189 @@
+"""``python -m agent.stats`` / ``alicia-stats``: the analytics views as tables or JSON.
+
+Reads the views created by migration ``0002`` (see ``migrations/versions``)::
+
+    alicia-stats                              # DATABASE_URL from the environment
+    alicia-stats --database-url sqlite+aiosqlite:///alicia.db --json
+    alicia-stats daily tools --days 7
+
+Reports: ``daily`` (per model and UTC day), ``answers`` (latest answers: steps,
+reasoning characters, latency), ``turns`` (latest turns with tool calls and their failure
+rate), ``tools`` (per tool name). Exit status 0, or 2 when the database cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import decimal
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+__all__ = ["REPORTS", "Report", "fetch", "main"]
+
+
+class Report:
+    """One named query over the analytics views."""
+
+    def __init__(self, title: str, sql: str, *, dated: str | None = None) -> None:
+        self.title = title
+        self.sql = sql
+        """SQL with a ``{where}`` slot and a ``:limit`` parameter."""
+        self.dated = dated
+        """Column that ``--days`` compares with ``:since`` (None: not filterable)."""
+
+    def query(self, *, since: bool) -> str:
+        """The SQL, filtered on ``self.dated >= :since`` if asked and possible."""
+        where = f"WHERE {self.dated} >= :since" if since and self.dated else ""
+        return self.sql.format(where=where)
+
+
+REPORTS: Final[dict[str, Report]] = {
+    "daily": Report(
+        "Per model and day (UTC)",
+        "SELECT day, model, answers, steps, avg_steps, reasoning_chars, avg_reasoning_chars, "
+        "avg_ms_to_first_step, max_ms_to_first_step, avg_ms_to_answer, max_ms_to_answer, "
+        "tool_calls, tool_failures, tool_failure_rate FROM alicia_model_daily "
+        "{where} ORDER BY day DESC, model LIMIT :limit",
+        dated="day",
+    ),
+    "answers": Report(
+        "Reasoning per answer (latest first)",
+        "SELECT ar.answer_id, ar.model, ar.completion_status, ar.steps, ar.reasoning_chars, "
+        "ar.answer_chars, tl.ms_to_first_step, tl.ms_to_answer, ar.answered_at "
+        "FROM alicia_answer_reasoning ar "
+        "LEFT JOIN alicia_turn_latency tl ON tl.user_message_id = ar.user_message_id "
+        "{where} ORDER BY ar.answered_at DESC LIMIT :limit",
+        dated="ar.answered_at",
+    ),
+    "turns": Report(
+        "Tool calls per turn (latest first)",
+        "SELECT tt.user_message_id, tt.tool_calls, tt.succeeded, tt.failed, tt.unfinished, "
+        "tt.failure_rate, m.sent_at AS user_at FROM alicia_turn_tools tt "
+        "JOIN alicia_messages m ON m.id = tt.user_message_id "
+        "{where} ORDER BY m.sent_at DESC LIMIT :limit",
+        dated="m.sent_at",
+    ),
+    "tools": Report(
+        "Tools",
+        "SELECT tool_name, calls, failed, failure_rate, avg_ms FROM alicia_tool_stats "
+        "{where} ORDER BY calls DESC, tool_name LIMIT :limit",
+    ),
+}
+"""Report name -> query."""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    return value
+
+
+async def fetch(
+    url: str, names: Sequence[str], *, limit: int = 20, days: int | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Run the named reports against ``url``; raises :class:`agent.storage.StorageError`."""
+    from sqlalchemy import text
+
+    from ._db import create_engine, is_sqlite
+    from .storage import map_error
+
+    params: dict[str, Any] = {"limit": limit}
+    if days is not None:
+        # Day granularity, from the start of the UTC day ``days`` ago; SQLite stores
+        # naive UTC text, so it gets the same instant as text.
+        day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days)
+        params["since"] = day.isoformat() if is_sqlite(url) else day
+    engine = create_engine(url, pooled=False)
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        async with engine.connect() as conn:
+            for name in names:
+                sql = REPORTS[name].query(since="since" in params)
+                result = await conn.execute(text(sql), params)
+                out[name] = [{k: _plain(v) for k, v in row._mapping.items()} for row in result]
+    except Exception as exc:
+        raise map_error(exc) from exc
+    finally:
+        await engine.dispose()
+    return out
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def _print_tables(reports: dict[str, list[dict[str, Any]]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for name, rows in reports.items():
+        table = Table(title=f"{REPORTS[name].title} — {name}", title_justify="left")
+        columns = list(rows[0]) if rows else ["(no rows)"]
+        for col in columns:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(_cell(row[c]) for c in columns))
+        console.print(table)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="alicia-stats", description="Reasoning analytics from the alicia_* views."
+    )
+    p.add_argument(
+        "reports",
+        nargs="*",
+        metavar="REPORT",
+        help=f"reports to print (default all): {', '.join(REPORTS)}",
+    )
+    p.add_argument("--database-url", help="SQLAlchemy async URL (default: $DATABASE_URL)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument("--limit", type=int, default=20, help="rows per report (default 20)")
+    p.add_argument("--days", type=int, default=None, help="only the last N days")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``alicia-stats``; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    unknown = [r for r in args.reports if r not in REPORTS]
+    if unknown:
+        parser.error(f"unknown report {unknown[0]!r} (choose from {', '.join(REPORTS)})")
+    if args.limit < 1 or (args.days is not None and args.days < 0):
+        parser.error("--limit must be >= 1 and --days >= 0")
+    url = args.database_url or os.environ.get("DATABASE_URL")
+    if not url:
+        print("alicia-stats: no database: pass --database-url or set DATABASE_URL", file=sys.stderr)
+        return 2
+    names = list(dict.fromkeys(args.reports)) or list(REPORTS)
+    from .storage import StorageError
+
+    try:
+        reports = asyncio.run(fetch(url, names, limit=args.limit, days=args.days))
+    except StorageError as exc:
+        print(f"alicia-stats: cannot read the analytics views: {exc}", file=sys.stderr)
+        print("(is the database reachable and migrated? alembic upgrade head)", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(reports, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_tables(reports)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
