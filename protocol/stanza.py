@@ -42,12 +42,18 @@ class StanzaCounter:
 
 
 class StanzaOrder:
-    """Checks the stanzaIds received from one sender; rejects ids that do not rise."""
+    """Checks the stanzaIds received from one sender; rejects ids that do not rise.
+
+    Gaps are allowed (only the order is checked); thread-safe.
+    """
 
     def __init__(self, side: Side, *, last: int = 0) -> None:
         """``side`` is the *sender's* side; ``last`` its last accepted id (0 for none)."""
         self._sign = 1 if side == "client" else -1
+        if last * self._sign < 0:
+            raise ValueError(f"a {side} stanzaId cannot be {last}")
         self._n = abs(last)
+        self._lock = threading.Lock()
 
     @property
     def last(self) -> int:
@@ -57,9 +63,10 @@ class StanzaOrder:
     def check(self, stanza_id: int) -> None:
         """Accept ``stanza_id`` or raise :class:`OrderingError` (wrong sign or not rising)."""
         magnitude = stanza_id * self._sign
-        if magnitude <= self._n:
-            raise OrderingError(stanza_id, self.last)
-        self._n = magnitude
+        with self._lock:
+            if magnitude <= self._n:
+                raise OrderingError(stanza_id, self.last)
+            self._n = magnitude
 
     def seen(self, stanza_id: int) -> bool:
         """True if ``stanza_id`` is at or below the high mark (a replayed duplicate)."""
