@@ -1,0 +1,120 @@
+"""The LiveKit agent worker: wiring only (settings -> storage -> transport -> turns).
+
+:func:`build_server` makes a ``livekit.agents.AgentServer`` from :class:`Settings`;
+automatic dispatch sends it to every new room (unless ``ALICIA_AGENT_NAME`` is set).
+For each room, :func:`entrypoint` connects, opens the storage sink, and serves the room's
+conversation (conversation id = room name) until the room closes. Run it with
+``python -m agent start`` (production) or ``python -m agent dev``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import openai
+from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
+
+from .settings import Settings, load
+from .sink import NullSink, StepSink
+from .tools import default_tools
+from .transport import RoomTransport
+from .turns import Conversation
+
+__all__ = ["build_server", "entrypoint"]
+
+logger = logging.getLogger("alicia.worker")
+
+
+def build_server(settings: Settings) -> AgentServer:
+    """The AgentServer for ``settings``, with :func:`entrypoint` as its rtc session."""
+    server = AgentServer(
+        ws_url=settings.livekit_url,
+        api_key=settings.livekit_api_key,
+        api_secret=settings.livekit_api_secret,
+        job_executor_type=JobExecutorType(settings.job_executor),
+        port=settings.http_port,
+    )
+    if settings.load_threshold is not None:
+        server.update_options(load_threshold=settings.load_threshold)
+    server.rtc_session(entrypoint, agent_name=settings.agent_name)
+    return server
+
+
+async def open_sink(url: str | None) -> StepSink:
+    """The storage sink for ``url`` (None: persistence off)."""
+    if not url:
+        return NullSink()
+    from .storage import open_sink as open_storage  # SQLAlchemy only when storing
+
+    return await open_storage(url)
+
+
+async def entrypoint(ctx: JobContext) -> None:
+    """Serve one room: its conversation with every protocol client in it."""
+    settings = load()
+    subscribe = AutoSubscribe.AUDIO_ONLY if settings.stt else AutoSubscribe.SUBSCRIBE_NONE
+    await ctx.connect(auto_subscribe=subscribe)
+    room = ctx.room
+    logger.info("room joined", extra={"room": room.name})
+    sink = await open_sink(settings.database_url)
+    llm = openai.AsyncOpenAI(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        timeout=settings.llm_timeout_s,
+        max_retries=1,
+    )
+    try:
+        async with RoomTransport(room) as transport:
+            if settings.voice:
+                await _serve_with_voice(ctx, settings, transport, sink, llm)
+            else:
+                conversation = Conversation(
+                    conversation_id=room.name,
+                    settings=settings,
+                    transport=transport,
+                    sink=sink,
+                    llm=llm,
+                    tools=default_tools(),
+                )
+                await conversation.run()
+    finally:
+        await llm.close()
+        await sink.aclose()
+        logger.info("room left", extra={"room": room.name})
+
+
+async def _serve_with_voice(
+    ctx: JobContext,
+    settings: Settings,
+    transport: RoomTransport,
+    sink: StepSink,
+    llm: openai.AsyncOpenAI,
+) -> None:
+    from .voice import Voice, load_plugin  # plugins only when configured
+
+    holder: list[Conversation] = []
+
+    async def on_final(identity: str, text: str) -> None:
+        await holder[0].user_said(identity, text)
+
+    voice = Voice(
+        ctx.room,
+        stt=load_plugin(settings.stt) if settings.stt else None,
+        tts=load_plugin(settings.tts) if settings.tts else None,
+        on_final=on_final,
+    )
+    conversation = Conversation(
+        conversation_id=ctx.room.name,
+        settings=settings,
+        transport=transport,
+        sink=sink,
+        llm=llm,
+        tools=default_tools(),
+        speaker=voice,
+    )
+    holder.append(conversation)
+    await voice.start()
+    try:
+        await conversation.run()
+    finally:
+        await voice.aclose()
