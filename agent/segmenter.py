@@ -70,11 +70,11 @@ def _window(text: str, max_bytes: int) -> int:
     return len(text.encode()[:max_bytes].decode("utf-8", errors="ignore"))
 
 
-def _last_sentence_end(text: str, limit: int) -> int:
+def _last_sentence_end(text: str, limit: int, start: int = 0) -> int:
     """End index (exclusive, punctuation and closers only) of the last sentence end whose
-    punctuation lies within ``text[:limit]``; 0 if none. May look at ``text[limit]``."""
+    punctuation lies within ``text[start:limit]``; 0 if none. May look at ``text[limit]``."""
     best = 0
-    for match in _SENTENCE_END.finditer(text, 0, min(len(text), limit + 1)):
+    for match in _SENTENCE_END.finditer(text, start, min(len(text), limit + 1)):
         end = match.end()
         if text[end - 1].isspace():
             end -= 1
@@ -89,6 +89,14 @@ def _last_whitespace(text: str, limit: int) -> int:
         if text[i].isspace():
             return i
     return 0
+
+
+def _trailing_whitespace(text: str, end: int) -> int:
+    """Number of whitespace characters right before ``text[end]``."""
+    i = end
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return end - i
 
 
 def _cut_point(text: str, max_bytes: int) -> int:
@@ -125,11 +133,21 @@ def segment(text: str, *, max_bytes: int = STEP_MAX_BYTES) -> list[str]:
 class StepSegmenter:
     """Streaming form of :func:`segment`, plus the time rule (see the module docstring).
 
-    Memory is bounded: the open step never holds more than ``max_bytes`` of text beyond
-    the last push.
+    Memory is bounded: after a push the open step holds at most ``max_bytes`` of text
+    (plus trailing whitespace). Each push costs time proportional to its own length
+    (plus the trailing whitespace of the open step), not to the open step's length.
     """
 
-    __slots__ = ("_base", "_buf", "_clock", "_max_bytes", "_max_delay", "_pushes")
+    __slots__ = (
+        "_base",
+        "_buf",
+        "_bytes",
+        "_clock",
+        "_last_end",
+        "_max_bytes",
+        "_max_delay",
+        "_pushes",
+    )
 
     def __init__(
         self,
@@ -147,6 +165,10 @@ class StepSegmenter:
         self._max_delay = max_delay
         self._clock = clock
         self._buf = ""
+        # UTF-8 length of self._buf.
+        self._bytes = 0
+        # End of the last sentence end in self._buf (0: none, -1: not computed).
+        self._last_end = 0
         # Absolute offset (in characters since the start) of self._buf[0].
         self._base = 0
         # (absolute offset where a push started, its clock time), oldest first.
@@ -156,20 +178,31 @@ class StepSegmenter:
         """Feed reasoning text; return the steps it closes (blank line or size bound)."""
         if not text:
             return []
-        self._pushes.append((self._base + len(self._buf), self._clock()))
+        old_len = len(self._buf)
+        old_base = self._base
+        self._pushes.append((self._base + old_len, self._clock()))
         self._buf += text
+        self._bytes += _utf8_len(text)
         steps: list[str] = []
-        while True:
-            match = _BLANK_LINE.search(self._buf)
-            if match is None:
-                break
+        # The open step had no blank line: a new one starts in its trailing whitespace.
+        start = old_len - _trailing_whitespace(self._buf, old_len)
+        while (match := _BLANK_LINE.search(self._buf, start)) is not None:
             _split_paragraph(self._buf[: match.start()], self._max_bytes, steps)
             self._consume(match.end())
-        self._consume(len(self._buf) - len(self._buf.lstrip()))
-        while _utf8_len(self._buf.rstrip()) > self._max_bytes:
+            start = 0
+        if self._buf[:1].isspace():
+            self._consume(0)
+        while self._rstripped_bytes() > self._max_bytes:
             cut = _cut_point(self._buf, self._max_bytes)
             steps.append(self._buf[:cut].rstrip())
             self._consume(cut)
+        if self._base == old_base and self._last_end >= 0:
+            # Nothing consumed: only text near the old end can form a new sentence end.
+            start = old_len
+            while start > 0 and self._buf[start - 1] in _CLOSERS:
+                start -= 1
+            found = _last_sentence_end(self._buf, len(self._buf), max(0, start - 1))
+            self._last_end = max(self._last_end, found)
         return steps
 
     def close(self) -> list[str]:
@@ -184,7 +217,9 @@ class StepSegmenter:
         if not self._buf:
             return None
         t0 = self._open_since()
-        if _last_sentence_end(self._buf, len(self._buf)):
+        if self._last_end < 0:
+            self._last_end = _last_sentence_end(self._buf, len(self._buf))
+        if self._last_end:
             return t0 + self._max_delay
         return t0 + 2 * self._max_delay
 
@@ -217,11 +252,19 @@ class StepSegmenter:
             pushes.popleft()
         return pushes[0][1]
 
+    def _rstripped_bytes(self) -> int:
+        trailing = _trailing_whitespace(self._buf, len(self._buf))
+        if not trailing:
+            return self._bytes
+        return self._bytes - _utf8_len(self._buf[-trailing:])
+
     def _consume(self, count: int) -> None:
         """Drop ``count`` characters from the open step, then its leading whitespace."""
         rest = self._buf[count:]
         stripped = rest.lstrip()
         self._base += count + len(rest) - len(stripped)
         self._buf = stripped
+        self._bytes = _utf8_len(stripped)
+        self._last_end = -1 if stripped else 0
         if not self._buf:
             self._pushes.clear()
