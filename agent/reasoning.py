@@ -37,6 +37,10 @@ Rules (they hold for any split of the stream into deltas):
   right after a ``</think>`` when the answer so far ends in whitespace (Qwen writes
   ``"</think>\\n\\n"``). Likewise whitespace right after ``<think>`` does not start a
   reasoning run. Other whitespace is kept as written.
+* Removed reasoning (or a dropped stray tag) between two answer words acts as a word
+  break: if neither side has whitespace there, one space is inserted
+  (``"Sure.<think>…</think>Done."`` reads ``"Sure. Done."``). So answer text never
+  contains a complete tag, not even one glued together around removed text.
 * An unclosed ``<think>`` at the end of the stream leaves all text after it as reasoning:
   reasoning is never spoken, even when the model forgets to close it.
 
@@ -108,6 +112,7 @@ class ReasoningExtractor:
         "_held",
         "_implicit",
         "_in_think",
+        "_need_break",
         "_skip_answer_ws",
         "_skip_reasoning_ws",
     )
@@ -121,6 +126,7 @@ class ReasoningExtractor:
         self._skip_reasoning_ws = open_at_start
         self._answer_empty = True
         self._answer_ends_ws = False
+        self._need_break = False
 
     @property
     def in_reasoning(self) -> bool:
@@ -198,6 +204,8 @@ class ReasoningExtractor:
             if open_at >= 0 and (close_at < 0 or open_at < close_at):
                 self._emit(buf[:open_at], out)
                 buf = buf[open_at + len(THINK_OPEN) :]
+                if not self._in_think:
+                    self._mark_break()
                 self._in_think = True
                 self._skip_reasoning_ws = True
             elif close_at >= 0:
@@ -205,6 +213,7 @@ class ReasoningExtractor:
                 buf = buf[close_at + len(THINK_CLOSE) :]
                 self._in_think = False
                 self._skip_answer_ws = self._answer_empty or self._answer_ends_ws
+                self._mark_break()
             else:
                 keep = _partial_tag_length(buf)
                 if keep:
@@ -212,6 +221,10 @@ class ReasoningExtractor:
                     buf = buf[:-keep]
                 self._emit(buf, out)
                 break
+
+    def _mark_break(self) -> None:
+        # Removed text between two answer words must not glue them (or a tag) together.
+        self._need_break = not self._answer_empty and not self._answer_ends_ws
 
     def _emit(self, text: str, out: list[Part]) -> None:
         if self._in_think:
@@ -234,6 +247,10 @@ class ReasoningExtractor:
             if not text:
                 return
             self._skip_answer_ws = False
+        if text and self._need_break:
+            if not text[0].isspace():
+                text = " " + text
+            self._need_break = False
         if text:
             self._answer_empty = False
             self._answer_ends_ws = text[-1].isspace()

@@ -157,8 +157,9 @@ def test_any_split_of_content_equals_one_piece(
     assert answer_of(pieces) == answer_of(whole)
     for part in pieces:
         assert part.text  # never an empty part
-        if isinstance(part, Answer):
-            assert "<think>" not in part.text and "</think>" not in part.text
+    answer = answer_of(pieces)
+    assert "<think>" not in answer and "</think>" not in answer
+    assert answer == answer.lstrip()
 
 
 @settings(max_examples=300, deadline=None)
@@ -227,6 +228,15 @@ def test_think_in_the_middle_of_the_answer_is_reasoning() -> None:
     assert answer_of(parts) == "Sure. Done."
     parts = run(contents("Sure.<think>hm</think>\n\nDone."))
     assert answer_of(parts) == "Sure.\n\nDone."
+
+
+def test_removed_reasoning_is_a_word_break() -> None:
+    assert answer_of(run(contents("Sure.<think>hm</think>Done."))) == "Sure. Done."
+    assert answer_of(run(contents("Sure.<think>hm</think>", "Done."))) == "Sure. Done."
+    assert answer_of(run(contents("Sure.\n<think>hm</think>Done."))) == "Sure.\nDone."
+    # No tag can be glued together around removed text.
+    assert answer_of(run(contents("<thi<think>x</think>nk>"))) == "<thi nk>"
+    assert answer_of(run(contents("<thi<", "/think>nk>"))) == "<thi nk>"
 
 
 def test_unclosed_think_at_end_stays_reasoning() -> None:
