@@ -54,23 +54,58 @@ _encoder = msgspec.msgpack.Encoder()
 _records = msgspec.msgpack.Decoder(list[tuple[int, float, int, str, int, Any, bytes, Any]])
 
 
+def _clean(value: Any) -> Any:
+    # Lone surrogates cannot be UTF-8 encoded: mark them instead of losing the record.
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode()
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _record(it: Item) -> tuple[Any, ...]:
+    env = it.env
+    return (
+        it.seq,
+        it.at,
+        env.stanza_id,
+        env.conversation_id,
+        env.type,
+        env.meta,
+        _encoder.encode(env.body),
+        it.turn,
+    )
+
+
+def _clean_record(it: Item) -> tuple[Any, ...]:
+    env = it.env
+    body = _clean(msgspec.to_builtins(env.body, builtin_types=(bytes, bytearray)))
+    return (
+        it.seq,
+        it.at,
+        env.stanza_id,
+        _clean(env.conversation_id),
+        env.type,
+        _clean(msgspec.to_builtins(env.meta, builtin_types=(bytes, bytearray))),
+        _encoder.encode(body),
+        None if it.turn is None else _clean(it.turn),
+    )
+
+
 def encode_items(items: Iterable[Item]) -> bytes:
-    """Serialise items (bodies as their wire maps) into one msgpack document."""
+    """Serialise items (bodies as their wire maps) into one msgpack document.
+
+    A record whose strings cannot be encoded (lone surrogates) is kept with them
+    replaced by ``?``.
+    """
     out = []
     for it in items:
-        env = it.env
-        out.append(
-            (
-                it.seq,
-                it.at,
-                env.stanza_id,
-                env.conversation_id,
-                env.type,
-                env.meta,
-                _encoder.encode(env.body),
-                it.turn,
-            )
-        )
+        try:
+            out.append(msgspec.Raw(_encoder.encode(_record(it))))
+        except (UnicodeEncodeError, msgspec.EncodeError, TypeError):
+            out.append(msgspec.Raw(_encoder.encode(_clean_record(it))))
     return _encoder.encode(out)
 
 

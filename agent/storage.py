@@ -43,6 +43,7 @@ import enum
 import hashlib
 import logging
 import math
+import re
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -160,6 +161,8 @@ def map_error(exc: BaseException) -> StorageError:
         return StorageRejectedError(msg)
     if isinstance(exc, sa_exc.StatementError) and not isinstance(exc, sa_exc.DBAPIError):
         return StorageRejectedError(msg)  # a value could not even be bound (e.g. JSON)
+    if isinstance(exc, UnicodeError | TypeError | ValueError | OverflowError):
+        return StorageRejectedError(msg)  # raised by the driver while encoding a value
     if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
         return StorageUnavailableError(msg)
     if isinstance(exc, OSError | TimeoutError | ConnectionError | EOFError):
@@ -245,11 +248,20 @@ class WriterStats:
 
 
 _NUL: Final = "\x00"
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def _text(s: str) -> str:
-    # PostgreSQL text cannot hold NUL; keep the record, mark the character.
-    return s.replace(_NUL, "\ufffd") if _NUL in s else s
+    """Storable text: NUL (PostgreSQL text cannot hold it) and lone surrogates (not
+    UTF-8) become U+FFFD, so the record is kept instead of refused."""
+    if _NUL in s:
+        s = s.replace(_NUL, "\ufffd")
+    if not s.isascii():
+        try:
+            s.encode()
+        except UnicodeEncodeError:
+            s = _SURROGATE.sub("\ufffd", s)
+    return s
 
 
 def _json(value: Any, depth: int = 0) -> Any:
@@ -581,9 +593,10 @@ class _Dialect:
             await self._tool_requests(conn, rows)
         if rows.tool_results:
             t = TOOL_USES
+            # The first result of a request wins: a re-delivered one changes nothing.
             await conn.execute(
                 update(t)
-                .where(t.c.id == bindparam("b_id"))
+                .where(t.c.id == bindparam("b_id"), t.c.status.in_(("pending", "running")))
                 .values(
                     status=bindparam("status"),
                     tool_result=bindparam("tool_result", type_=t.c.tool_result.type),
