@@ -12,7 +12,8 @@ Which stream answers a request, first match wins:
 1. the next entry of the script queue (:meth:`RecordedLLM.script`);
 2. a stream name (or ``endless``) written in the last user message, longest name first,
    or the last user message equal to a stream's recorded question;
-3. the server's default stream.
+3. the server's default stream (``default="rotate"``: every non-follow-up stream in
+   turn, for a demo where people type their own questions).
 
 When the last message is a tool result (``role: "tool"``), the chosen stream's
 ``followup`` (the recorded continuation after the tool result) is served instead.
@@ -45,6 +46,7 @@ from aiohttp import web
 
 __all__ = [
     "ENDLESS",
+    "ROTATE",
     "STREAMS_DIR",
     "Play",
     "RecordedLLM",
@@ -60,6 +62,9 @@ STREAMS_DIR: Final = Path(__file__).resolve().parents[1] / "tests" / "streams"
 
 ENDLESS: Final = "endless"
 """Stream name for endless reasoning (until the client disconnects)."""
+
+ROTATE: Final = "rotate"
+"""Default that answers unmarked requests with each recorded stream in turn."""
 
 DEFAULT_STREAM: Final = "deepseek_reasoning_content"
 _SSE_CONTENT_TYPE: Final = "text/event-stream; charset=utf-8"
@@ -143,7 +148,7 @@ class Play:
 
 @dataclass(slots=True)
 class _Stats:
-    served: list[str] = field(default_factory=list)
+    served: deque[str] = field(default_factory=lambda: deque(maxlen=1000))
     disconnects: int = 0
 
 
@@ -164,8 +169,12 @@ class RecordedLLM:
         """``chunk_delay`` paces recorded streams; ``endless_delay`` paces ``endless``."""
         self.streams_dir = streams_dir
         self.manifest = load_manifest(streams_dir)
-        self._check_name(default)
+        if default != ROTATE:
+            self._check_name(default)
         self.default = default
+        self._rotation = itertools.cycle(
+            sorted(n for n in self.manifest if not _is_followup(n, self.manifest))
+        )
         self.chunk_delay = chunk_delay
         self.endless_delay = endless_delay
         self._host = host
@@ -233,8 +242,8 @@ class RecordedLLM:
 
     @property
     def served(self) -> list[str]:
-        """Names of the streams served, in order."""
-        return self._stats.served
+        """Names of the streams served, in order (the last 1000)."""
+        return list(self._stats.served)
 
     @property
     def disconnects(self) -> int:
@@ -319,13 +328,24 @@ class RecordedLLM:
         if self._queue:
             play = self._queue.popleft()
         else:
-            play = Play(self._by_marker(messages) or self.default)
+            play = Play(self._by_marker(messages) or self._default_stream(messages))
         last = messages[-1]
         if isinstance(last, Mapping) and last.get("role") == "tool" and play.stream != ENDLESS:
             followup = self.manifest[play.stream].followup
             if followup is not None:
                 play = Play(followup, play.chunk_delay, play.tokens_per_event)
         return play
+
+    def _default_stream(self, messages: list[Any]) -> str:
+        if self.default != ROTATE:
+            return self.default
+        last = messages[-1]
+        if isinstance(last, Mapping) and last.get("role") == "tool" and self._stats.served:
+            # The continuation of the tool-call stream served last, not the next in turn.
+            previous = self._stats.served[-1]
+            if previous in self.manifest and self.manifest[previous].followup is not None:
+                return previous
+        return next(self._rotation)
 
     def _by_marker(self, messages: list[Any]) -> str | None:
         text = ""
@@ -407,7 +427,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--default", default=DEFAULT_STREAM, help="stream for unmarked requests")
+    parser.add_argument(
+        "--default", default=DEFAULT_STREAM, help=f"stream for unmarked requests, or {ROTATE!r}"
+    )
     parser.add_argument("--chunk-delay", type=float, default=0.03, help="seconds between chunks")
     args = parser.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):

@@ -13,7 +13,7 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from agent.demo_llm import recorded_llm
+from agent.demo_llm import ROTATE, recorded_llm
 from agent.reasoning import Part, ReasoningExtractor
 from agent.segmenter import segment
 from tests.llm_server import (
@@ -116,6 +116,23 @@ async def test_stream_named_in_the_last_user_message(
         "ollama_qwen3_reasoning",
         "content_blocks_thinking",
     ]
+
+
+async def test_rotate_answers_with_each_stream_in_turn() -> None:
+    async with recorded_llm(default=ROTATE) as llm:
+        c = AsyncOpenAI(base_url=llm.base_url, api_key="t", max_retries=0)
+        async with c:
+            firsts = [n for n in sorted(MANIFEST) if n != "vllm_tool_followup"]
+            for _ in firsts:
+                await read(c, user("a question of my own"))
+            assert llm.served == firsts
+            # A tool result continues the tool-call stream served last.
+            llm.script("vllm_tool_call")
+            messages = user("weather?")
+            await read(c, messages)
+            messages.append({"role": "tool", "tool_call_id": "x", "content": "{}"})
+            await read(c, messages)
+            assert llm.served[-2:] == ["vllm_tool_call", "vllm_tool_followup"]
 
 
 async def test_tool_result_gets_the_recorded_followup(
