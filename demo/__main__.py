@@ -1,0 +1,7 @@
+"""``python -m demo``."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())

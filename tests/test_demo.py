@@ -1,0 +1,60 @@
+"""``python -m demo`` end to end: livekit-server, worker, demo model, CLI, SQLite, stats."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.demo_llm import DEFAULT_STREAM, load_manifest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_demo_streams_reasoning_answers_and_prints_analytics(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LLM_BASE_URL", "DATABASE_URL")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "XDG_DATA_HOME": str(tmp_path / "xdg")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "demo", "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = proc.stdout
+    log = tmp_path / "data" / "worker.log"
+    worker_log = log.read_text()[-3000:] if log.exists() else ""
+    assert proc.returncode == 0, f"{out}\n{proc.stderr}\n{worker_log}"
+    spec = load_manifest()[DEFAULT_STREAM]
+    assert "demo model" in out and "LLM_BASE_URL is not set" in out
+    steps = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("▸ step")]
+    assert steps == [f"▸ step {i}: {text}" for i, text in enumerate(spec.steps, start=1)]
+    assert f"alicia > {spec.answer}" in out
+    i_steps = out.index("▸ step 1:")
+    i_answer = out.index("alicia > ")
+    i_stats = out.index("Analytics from storage")
+    assert i_steps < i_answer < i_stats
+    stats = out[i_stats:]
+    assert "alicia-demo-recorded" in stats and "completed" in stats
+    assert "Demo finished" in out
+    assert (tmp_path / "data" / "alicia-demo.db").stat().st_size > 0
+
+
+def test_demo_refuses_an_llm_url_without_a_model(tmp_path: Path) -> None:
+    env = {**os.environ, "LLM_BASE_URL": "http://127.0.0.1:9/v1", "LLM_MODEL": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "demo", "--data-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "LLM_MODEL is not" in proc.stderr
