@@ -24,10 +24,14 @@ Time rule (only through :meth:`StepSegmenter.due` / :meth:`StepSegmenter.poll`),
 step reaches clients within a bounded delay even if the model writes one endless
 paragraph. Let *t0* be the arrival time of the oldest text in the open step.
 
-* at ``t0 + max_delay``, if the open step contains a sentence end, it is cut after its
-  last sentence end;
-* otherwise at ``t0 + 2 * max_delay`` it is cut at its last whitespace, and if it has no
-  whitespace at all (one endless word, CJK without punctuation) all of it is emitted.
+* once ``now >= t0 + max_delay`` and the open step contains a sentence end, it is cut
+  after its last sentence end;
+* once ``now >= t0 + 2 * max_delay`` and it contains no sentence end, it is cut at its
+  last whitespace, and if it has no whitespace at all (one endless word, CJK without
+  punctuation) all of it is emitted.
+
+``due()`` returns the earliest such time for the current open step (``t0 + max_delay``
+if it holds a sentence end, else ``t0 + 2 * max_delay``); ``poll()`` applies the rule.
 
 The text left over starts a new open step whose *t0* is the arrival time of its own
 oldest character. So, if the caller polls at ``due()``, every reasoning character is in
