@@ -1185,6 +1185,8 @@ class StorageWriter:
                     "database write failed, will retry",
                     extra={"error": str(exc), "retry_in_s": delay, "records": len(items)},
                 )
+                if items is self._inflight and self._inflight_seg is None:
+                    await self._persist_inflight()
                 if self._out_of_time():
                     return False
                 with contextlib.suppress(TimeoutError):
@@ -1196,6 +1198,17 @@ class StorageWriter:
                 self.stats.written += len(items)
                 self.stats.batches += 1
                 return True
+
+    async def _persist_inflight(self) -> None:
+        """Keep a batch that could not be written on disk while it is retried."""
+        async with self._lock:
+            try:
+                seg = await asyncio.to_thread(self._spill.write, self._inflight)
+            except OSError as exc:
+                logger.error("spill write failed", extra={"error": str(exc)})
+                return
+        self._inflight_seg = seg
+        self.stats.spilled += len(self._inflight)
 
     async def _write(self, items: Sequence[Item]) -> None:
         engine = self._engine

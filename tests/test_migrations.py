@@ -1,0 +1,218 @@
+"""Alembic migrations on real PostgreSQL and SQLite: up and down, empty and populated,
+and the models in ``agent/tables.py`` matching what the migrations build."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect
+from sqlalchemy.engine import Connection
+from storage_db import fetch, new_database
+
+from agent._db import VERSION_TABLE, create_engine
+from agent.storage import StorageWriter, WriterOptions, migrate
+from agent.tables import TABLE_NAMES, Base
+from protocol import Envelope, ReasoningStep, StartAnswer, ToolUseRequest, UserMessage, envelope
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parent.parent
+VIEWS = {
+    "alicia_answer_reasoning",
+    "alicia_turn_latency",
+    "alicia_turn_tools",
+    "alicia_tool_stats",
+    "alicia_model_daily",
+}
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    pg = request.getfixturevalue("postgres_server") if request.param == "postgres" else None
+    return await new_database(request.param, pg, tmp_path, "migr")
+
+
+async def schema(url: str) -> dict[str, Any]:
+    """Tables, views and the Alembic revision present in the database."""
+
+    def read(conn: Connection) -> dict[str, Any]:
+        insp = inspect(conn)
+        tables = set(insp.get_table_names())
+        version = None
+        if VERSION_TABLE in tables:
+            version = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalar()
+        return {
+            "tables": {t for t in tables if t.startswith("alicia_") and t != VERSION_TABLE},
+            "views": {v for v in insp.get_view_names() if v.startswith("alicia_")},
+            "version": version,
+        }
+
+    engine = create_engine(url, pooled=False)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(read)
+    finally:
+        await engine.dispose()
+
+
+async def populate(url: str, tmp: Path) -> None:
+    cid = "conv_migr"
+    envs: list[Envelope[Any]] = [
+        envelope(
+            UserMessage(id="msg_u", conversation_id=cid, content="q"),
+            stanza_id=1,
+            conversation_id=cid,
+        ),
+        envelope(
+            ReasoningStep(
+                id="rs_1", conversation_id=cid, previous_id="msg_u", content="s", step_index=1
+            ),
+            stanza_id=-1,
+            conversation_id=cid,
+        ),
+        envelope(
+            ToolUseRequest(
+                id="toolreq_1",
+                tool_name="t",
+                parameters={},
+                execution="server",
+                previous_id="msg_u",
+            ),
+            stanza_id=-2,
+            conversation_id=cid,
+        ),
+        envelope(
+            StartAnswer(id="msg_a", previous_id="msg_u", conversation_id=cid),
+            stanza_id=-3,
+            conversation_id=cid,
+            meta={"model": "m"},
+        ),
+    ]
+    async with StorageWriter(url, WriterOptions(spill_dir=tmp / "spill", migrate=False)) as w:
+        for env in envs:
+            w.submit(env)
+        await w.flush(timeout=30)
+
+
+async def counts(url: str) -> dict[str, int]:
+    out = {}
+    for t in sorted(TABLE_NAMES):
+        [row] = await fetch(url, f"SELECT count(*) AS n FROM {t}")
+        out[t] = int(row["n"])
+    return out
+
+
+async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> None:
+    assert (await schema(empty_url))["tables"] == set()
+    await migrate(empty_url)
+    assert await schema(empty_url) == {
+        "tables": set(TABLE_NAMES),
+        "views": VIEWS,
+        "version": "0002",
+    }
+    await migrate(empty_url, "base", downgrade=True)
+    assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
+    await migrate(empty_url)  # and back up again
+    assert (await schema(empty_url))["version"] == "0002"
+
+
+async def test_upgrade_and_downgrade_on_a_populated_database(
+    empty_url: str, tmp_path: Path
+) -> None:
+    await migrate(empty_url)
+    await populate(empty_url, tmp_path)
+    before = await counts(empty_url)
+    assert before == {
+        "alicia_conversations": 1,
+        "alicia_messages": 2,
+        "alicia_reasoning_steps": 1,
+        "alicia_sentences": 0,
+        "alicia_tool_uses": 1,
+    }
+    [view] = await fetch(empty_url, "SELECT answers, steps FROM alicia_model_daily")
+    assert (view["answers"], view["steps"]) == (1, 1)
+
+    await migrate(empty_url, "0001", downgrade=True)  # views go, data stays
+    assert await schema(empty_url) == {
+        "tables": set(TABLE_NAMES),
+        "views": set(),
+        "version": "0001",
+    }
+    assert await counts(empty_url) == before
+    await migrate(empty_url)
+    assert (await schema(empty_url))["views"] == VIEWS
+    assert await counts(empty_url) == before
+
+    await migrate(empty_url, "base", downgrade=True)  # everything goes, data included
+    assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
+    await migrate(empty_url)
+    assert await counts(empty_url) == dict.fromkeys(before, 0)
+
+
+async def test_models_match_the_migrations(empty_url: str) -> None:
+    await migrate(empty_url)
+
+    def diff(conn: Connection) -> list[Any]:
+        ctx = MigrationContext.configure(
+            conn, opts={"compare_type": True, "version_table": VERSION_TABLE}
+        )
+        return list(compare_metadata(ctx, Base.metadata))
+
+    engine = create_engine(empty_url, pooled=False)
+    try:
+        async with engine.connect() as conn:
+            assert await conn.run_sync(diff) == []
+    finally:
+        await engine.dispose()
+
+
+async def test_updated_at_is_kept_by_the_database(empty_url: str, tmp_path: Path) -> None:
+    await migrate(empty_url)
+    await populate(empty_url, tmp_path)
+    from sqlalchemy import text
+
+    engine = create_engine(empty_url, pooled=False)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE alicia_reasoning_steps SET updated_at = '2000-01-01 00:00:00', "
+                    "created_at = '2000-01-01 00:00:00'"
+                )
+            )
+        async with engine.begin() as conn:  # a soft delete, as an operator would do it
+            await conn.execute(text("UPDATE alicia_reasoning_steps SET deleted_at = created_at"))
+    finally:
+        await engine.dispose()
+    [row] = await fetch(
+        empty_url, "SELECT created_at, updated_at, deleted_at FROM alicia_reasoning_steps"
+    )
+    assert row["deleted_at"] == row["created_at"]
+    assert row["updated_at"] > row["created_at"]
+
+
+def test_alembic_command_line_upgrades_and_downgrades(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+
+    def alembic(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "alembic", "-x", f"url={url}", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout + done.stderr
+
+    assert "0001 -> 0002" in alembic("upgrade", "head")
+    assert "0002 (head)" in alembic("current")
+    assert "0001 -> , " in alembic("downgrade", "base")
+    sql = alembic("upgrade", "head", "--sql")  # offline mode renders the DDL
+    assert "CREATE TABLE alicia_reasoning_steps" in sql and "CREATE VIEW alicia_model_daily" in sql
