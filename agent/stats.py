@@ -38,7 +38,8 @@ class Report:
 
     def query(self, *, since: bool) -> str:
         """The SQL, filtered on ``self.dated >= :since`` if asked and possible."""
-        where = f"WHERE {self.dated} >= :since" if since and self.dated else ""
+        param = ":since_day" if self.dated == "day" else ":since"
+        where = f"WHERE {self.dated} >= {param}" if since and self.dated else ""
         return self.sql.format(where=where)
 
 
@@ -99,7 +100,11 @@ async def fetch(
         # Day granularity, from the start of the UTC day ``days`` ago; SQLite stores
         # naive UTC text, so it gets the same instant as text.
         day = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=days)
-        params["since"] = day.isoformat() if is_sqlite(url) else day
+        start = dt.datetime.combine(day, dt.time(), dt.UTC)
+        if is_sqlite(url):
+            params.update(since=start.strftime("%Y-%m-%d %H:%M:%S"), since_day=day.isoformat())
+        else:
+            params.update(since=start, since_day=day)
     engine = create_engine(url, pooled=False)
     out: dict[str, list[dict[str, Any]]] = {}
     try:
@@ -128,6 +133,8 @@ def _print_tables(reports: dict[str, list[dict[str, Any]]]) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:  # piped: do not fold values at 80 columns
+        console = Console(width=240)
     for name, rows in reports.items():
         table = Table(title=f"{REPORTS[name].title} — {name}", title_justify="left")
         columns = list(rows[0]) if rows else ["(no rows)"]
