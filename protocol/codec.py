@@ -126,10 +126,12 @@ def _rule_for(field: msgspec.inspect.Field) -> _Rule | None:
         lo_f = -math.inf if t.ge is None else t.ge
         hi_f = math.inf if t.le is None else t.le
         return (*head, (int, float), lo_f, hi_f, None)
-    if isinstance(t, msgspec.inspect.LiteralType):
-        return (*head, object, 0, 0, frozenset(t.values))
-    if isinstance(t, msgspec.inspect.EnumType):
-        return (*head, object, 0, 0, frozenset(m.value for m in t.cls))
+    if isinstance(t, msgspec.inspect.LiteralType | msgspec.inspect.EnumType):
+        values = (
+            t.values if isinstance(t, msgspec.inspect.LiteralType) else [m.value for m in t.cls]
+        )
+        # The type matters too: 1.0 == Severity.WARNING, but a float is not an enum value.
+        return (*head, tuple({type(v) for v in values}), 0, 0, frozenset(values))
     return None
 
 
@@ -164,8 +166,8 @@ def _compile_fast_check(rules: tuple[_Rule, ...]) -> Callable[[Any], bool]:
     ]
     for i, (attr, _wire, required, kind, lo, hi, allowed) in enumerate(rules):
         if allowed is not None:
-            ns[f"a{i}"] = allowed
-            bad = f"type(v) is bool or v not in a{i}"
+            ns[f"a{i}"], ns[f"k{i}"] = allowed, kind
+            bad = f"type(v) is bool or not isinstance(v, k{i}) or v not in a{i}"
         else:
             bad = f"type(v) is not {'int' if kind is int else 'float'} or not {lo!r} <= v <= {hi!r}"
         lines.append(f"    v = b.{attr}")
@@ -209,7 +211,7 @@ def _check_envelope(env: Envelope[Any], rules: tuple[_Rule, ...]) -> None:
         elif type(v) is bool:  # a msgpack bool is not an int on the wire
             ok = False
         elif allowed is not None:
-            ok = v in allowed
+            ok = isinstance(v, kind) and v in allowed
         else:
             ok = isinstance(v, kind) and lo <= v <= hi
         if not ok:

@@ -6,7 +6,10 @@ import math
 from typing import Any
 
 import msgpack
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from protocol import (
     MAX_PACKET_BYTES,
@@ -37,7 +40,9 @@ from protocol import (
     new_id,
     split_text,
 )
+from protocol import codec as codec_module
 from tests.samples import every_type
+from tests.strategies import envelopes
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -440,3 +445,97 @@ class TestErrorBody:
         assert {int(c) for c in ErrorCode} == {101, 102, 201, 202, 301, 304, 501, 503, 504}
         assert [int(s) for s in Severity] == [0, 1, 2, 3]
         assert int(MessageType.ERROR_MESSAGE) == 1
+
+
+WEIRD_VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    2**31 - 1,
+    2**31,
+    -(2**31),
+    -(2**31) - 1,
+    2**32 - 1,
+    2**32,
+    2**63 - 1,
+    -(2**63),
+    2**64 - 1,
+    2**64,
+    0.5,
+    1.0,
+    1.5,
+    -0.0,
+    math.nan,
+    math.inf,
+    "",
+    "server",
+    "text",
+    "user",
+    "edit",
+    "generation",
+    "nonsense",
+    Severity.ERROR,
+    ErrorCode.MALFORMED_DATA,
+    7,
+]
+
+
+def _assert_encode_agrees_with_decode(env: Envelope[Any]) -> None:
+    """encode(env) succeeds iff the receiver accepts what a check-free encoder sends."""
+    try:
+        unchecked = codec_module._encoder.encode(env)  # what a check-free encoder would send
+    except (TypeError, ValueError, OverflowError):
+        with pytest.raises(EncodeError):
+            encode(env)
+        return
+    try:
+        wire = encode(env)
+    except PacketTooLargeError:
+        return
+    except EncodeError:
+        with pytest.raises(ValidationError):
+            decode(unchecked)
+        return
+    assert wire == unchecked
+    decode(wire)
+
+
+class TestEncodeAgreesWithDecode:
+    """What encode accepts the receiver accepts; what it refuses the receiver would refuse."""
+
+    @pytest.mark.parametrize("body", every_type(), ids=lambda b: type(b).__name__)
+    def test_every_constrained_field_with_every_weird_value(self, body: Any) -> None:
+        rules = codec_module._ENCODE_PLAN[type(body)][1]
+        env = envelope(body, stanza_id=-1, conversation_id=C)
+        for attr, *_ in rules:
+            for value in WEIRD_VALUES:
+                bad = msgspec.structs.replace(body, **{attr: value})
+                _assert_encode_agrees_with_decode(msgspec.structs.replace(env, body=bad))
+        for value in WEIRD_VALUES:
+            _assert_encode_agrees_with_decode(msgspec.structs.replace(env, stanza_id=value))
+
+    def test_the_rules_cover_every_constrained_field(self) -> None:
+        covered = {
+            (cls.__name__, rule[0])
+            for cls, (_, rules, _) in codec_module._ENCODE_PLAN.items()
+            for rule in rules
+        }
+        assert ("ReasoningStep", "step_index") in covered
+        assert ("ErrorMessage", "severity") in covered
+        assert ("ToolUseRequest", "execution") in covered
+        assert ("Transcription", "confidence") in covered
+        assert ("AudioChunk", "timestamp") in covered
+
+    @given(envelopes(), st.data())
+    @settings(max_examples=300, deadline=None)
+    def test_random_bodies_with_weird_values(self, env: Envelope[Any], data: st.DataObject) -> None:
+        rules = codec_module._ENCODE_PLAN[type(env.body)][1]
+        if rules:
+            attr = data.draw(st.sampled_from([r[0] for r in rules]))
+            value = data.draw(st.sampled_from(WEIRD_VALUES))
+            body = msgspec.structs.replace(env.body, **{attr: value})
+            env = msgspec.structs.replace(env, body=body)
+        _assert_encode_agrees_with_decode(env)
