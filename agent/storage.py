@@ -36,52 +36,38 @@ Exception tree (SQLAlchemy/asyncpg/sqlite errors are mapped at this boundary)::
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import datetime as dt
 import enum
 import hashlib
 import logging
-import math
-import re
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-from sqlalchemy import and_, bindparam, case, exists, func, literal, select, update
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from protocol import (
-    AssistantMessage,
-    AssistantSentence,
-    Configuration,
-    ControlStop,
     Envelope,
     ReasoningStep,
-    StartAnswer,
     ToolUseRequest,
-    ToolUseResult,
     Transcription,
     UnknownBody,
     UserMessage,
 )
 
 from ._db import create_engine, is_postgres
+from ._rows import build_rows
 from ._spill import Item, Segment, SpillDir
+from ._sql import Dialect, StepConflictError
 from .sink import NullSink, StepSink
-from .tables import conversations as CONVERSATIONS
-from .tables import messages as MESSAGES
 from .tables import reasoning_steps as STEPS
-from .tables import sentences as SENTENCES
-from .tables import tool_uses as TOOL_USES
 
 __all__ = [
     "StorageError",
@@ -98,17 +84,6 @@ __all__ = [
 logger = logging.getLogger("alicia.storage")
 
 MIGRATIONS_DIR: Final = Path(__file__).resolve().parent.parent / "migrations"
-_STEP_UNIQUE: Final = "uq_alicia_reasoning_steps_live_message_sequence"
-_STEP_COLUMNS: Final = (
-    "id",
-    "message_id",
-    "conversation_id",
-    "content",
-    "sequence_number",
-    "total_steps",
-    "sent_at",
-)
-_UTC: Final = dt.UTC
 
 
 # --------------------------------------------------------------------------- errors
@@ -181,6 +156,8 @@ async def _mapped() -> AsyncIterator[None]:
         yield
     except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, MemoryError):
         raise
+    except StepConflictError:
+        raise  # handled by the writer (superseding retry), never seen outside
     except Exception as exc:
         raise map_error(exc) from exc
 
@@ -242,588 +219,6 @@ class WriterStats:
     replayed: int = 0
     dead_lettered: int = 0
     last_error: str | None = None
-
-
-# --------------------------------------------------------------------------- rows
-
-
-_NUL: Final = "\x00"
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
-
-def _text(s: str) -> str:
-    """Storable text: NUL (PostgreSQL text cannot hold it) and lone surrogates (not
-    UTF-8) become U+FFFD, so the record is kept instead of refused."""
-    if _NUL in s:
-        s = s.replace(_NUL, "\ufffd")
-    if not s.isascii():
-        try:
-            s.encode()
-        except UnicodeEncodeError:
-            s = _SURROGATE.sub("\ufffd", s)
-    return s
-
-
-def _json(value: Any, depth: int = 0) -> Any:
-    """A JSON-safe copy: NUL-free strings, bytes as base64, non-finite floats as null."""
-    if depth > 64:
-        return None
-    if isinstance(value, str):
-        return _text(value)
-    if isinstance(value, bool | int) or value is None:
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, dict):
-        return {_text(str(k)): _json(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json(v, depth + 1) for v in value]
-    if isinstance(value, msgspec.Struct):
-        return _json(msgspec.to_builtins(value), depth + 1)
-    return _text(str(value))
-
-
-def _join_sentences(texts: Sequence[str]) -> str:
-    """Chunks joined as one answer: a space only where neither side has whitespace."""
-    out: list[str] = []
-    for t in texts:
-        if out and t and out[-1] and not out[-1][-1].isspace() and not t[0].isspace():
-            out.append(" ")
-        out.append(t)
-    return "".join(out)
-
-
-def _model_of(env: Envelope[Any]) -> str | None:
-    meta = env.meta
-    if not meta:
-        return None
-    model = meta.get("model")
-    return _text(model) if isinstance(model, str) and model else None
-
-
-def _tool_status(result: ToolUseResult) -> str:
-    if result.success:
-        return "success"
-    code = (result.error_code or "").lower()
-    return "cancelled" if code in ("tool_cancelled", "cancelled") else "error"
-
-
-@dataclass(slots=True)
-class _Rows:
-    """The rows of one batch, grouped by table, ready to be written in one transaction."""
-
-    convs: dict[str, list[Any]] = field(default_factory=dict)
-    """conversation id -> [max client stanza | None, min server stanza | None, prefs | None]."""
-    holders: dict[str, dict[str, Any]] = field(default_factory=dict)
-    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
-    sentences: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    steps: list[tuple[Any, ...]] = field(default_factory=list)
-    tool_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
-    tool_results: dict[str, dict[str, Any]] = field(default_factory=dict)
-    stops: list[dict[str, Any]] = field(default_factory=list)
-    incomplete: list[dict[str, Any]] = field(default_factory=list)
-    """AssistantMessages with ``state: partial``: the answer is marked failed."""
-    final_seen: set[str] = field(default_factory=set)
-
-    def conv(self, cid: str) -> list[Any]:
-        c = self.convs.get(cid)
-        if c is None:
-            c = self.convs[cid] = [None, None, None]
-        return c
-
-    def holder(self, mid: str, cid: str, role: str, at: dt.datetime) -> None:
-        if mid not in self.holders:
-            self.conv(cid)
-            self.holders[mid] = {
-                "id": mid,
-                "conversation_id": cid,
-                "sequence_number": 0,
-                "message_role": role,
-                "contents": "",
-                "completion_status": "pending",
-                "placeholder": True,
-                "sent_at": at,
-            }
-
-    def message(
-        self,
-        env: Envelope[Any],
-        at: dt.datetime,
-        *,
-        mid: str,
-        cid: str,
-        previous: str | None,
-        role: str,
-        contents: str,
-        status: str,
-        completed: dt.datetime | None,
-        model: str | None,
-    ) -> None:
-        self.holder(mid, cid, role, at)
-        if previous:
-            self.holder(previous, cid, "assistant" if role == "user" else "user", at)
-        if mid in self.messages:
-            return
-        self.messages[mid] = {
-            "id": mid,
-            "conversation_id": cid,
-            "sequence_number": abs(env.stanza_id),
-            "previous_id": previous or None,
-            "message_role": role,
-            "contents": _text(contents),
-            "completion_status": status,
-            "placeholder": False,
-            "model": model,
-            "sent_at": at,
-            "completed_at": completed,
-        }
-
-
-def build_rows(items: Iterable[Item]) -> _Rows:
-    """Group queued envelopes into table rows (pure; envelopes that store nothing only
-    update their conversation's stanza marks)."""
-    rows = _Rows()
-    for item in items:
-        env = item.env
-        body = env.body
-        kind = type(body)
-        if kind is UnknownBody:
-            continue
-        cid_env = env.conversation_id
-        if cid_env:
-            c = rows.conv(cid_env)
-            sid = env.stanza_id
-            if sid > 0:
-                if c[0] is None or sid > c[0]:
-                    c[0] = sid
-            elif sid < 0 and (c[1] is None or sid < c[1]):
-                c[1] = sid
-        at = dt.datetime.fromtimestamp(item.at, _UTC)
-        if kind is ReasoningStep:
-            cid = body.conversation_id or cid_env
-            rows.conv(cid)
-            rows.holder(body.previous_id, cid, "user", at)
-            rows.steps.append(
-                (
-                    body.id,
-                    body.previous_id,
-                    cid,
-                    _text(body.content),
-                    body.step_index,
-                    body.total_steps,
-                    at,
-                )
-            )
-        elif kind is UserMessage or (kind is Transcription and body.final):
-            rows.message(
-                env,
-                at,
-                mid=body.id,
-                cid=body.conversation_id or cid_env,
-                previous=body.previous_id,
-                role="user",
-                contents=body.content if kind is UserMessage else body.text,
-                status="completed",
-                completed=at,
-                model=None,
-            )
-        elif kind is StartAnswer:
-            rows.message(
-                env,
-                at,
-                mid=body.id,
-                cid=body.conversation_id or cid_env,
-                previous=body.previous_id,
-                role="assistant",
-                contents="",
-                status="streaming",
-                completed=None,
-                model=_model_of(env),
-            )
-        elif kind is AssistantMessage:
-            rows.message(
-                env,
-                at,
-                mid=body.id,
-                cid=body.conversation_id or cid_env,
-                previous=body.previous_id,
-                role="assistant",
-                contents=body.content,
-                status="failed" if body.state == "partial" else "completed",
-                completed=at,
-                model=_model_of(env),
-            )
-            if body.state == "partial":
-                rows.incomplete.append({"b_id": body.id, "b_at": at})
-        elif kind is AssistantSentence:
-            cid = body.conversation_id or cid_env
-            rows.holder(body.previous_id, cid, "assistant", at)
-            key = (body.previous_id, body.sequence)
-            if body.is_final:
-                rows.final_seen.add(body.previous_id)
-            if key not in rows.sentences:
-                rows.sentences[key] = {
-                    "message_id": body.previous_id,
-                    "sentence_sequence_number": body.sequence,
-                    "id": body.id,
-                    "text": _text(body.text),
-                    "is_final": bool(body.is_final),
-                    "sent_at": at,
-                }
-        elif kind is ToolUseRequest:
-            cid = body.conversation_id or cid_env
-            mid = body.previous_id or item.turn or f"{cid}:unknown-turn"
-            rows.conv(cid)
-            rows.holder(mid, cid, "user", at)
-            if body.id not in rows.tool_requests:
-                rows.tool_requests[body.id] = {
-                    "id": body.id,
-                    "message_id": mid,
-                    "conversation_id": cid,
-                    "tool_name": _text(body.tool_name),
-                    "tool_arguments": _json(body.parameters),
-                    "status": "running" if body.execution == "server" else "pending",
-                    "execution": body.execution,
-                    "sent_at": at,
-                }
-        elif kind is ToolUseResult:
-            rows.tool_results[body.request_id] = {
-                "b_id": body.request_id,
-                "status": _tool_status(body),
-                "tool_result": _json(body.result),
-                "error_code": _text(body.error_code) if body.error_code else None,
-                "error_message": _text(body.error_message) if body.error_message else None,
-                "completed_at": at,
-            }
-        elif kind is ControlStop and cid_env and body.target_id not in rows.final_seen:
-            # Stops apply before this batch's sentences; one aimed at an answer whose
-            # final sentence came earlier in the batch arrived too late to stop it.
-            rows.stops.append({"b_conv": cid_env, "b_target": body.target_id, "b_at": at})
-        elif kind is Configuration and env.stanza_id > 0 and cid_env:
-            prefs = {
-                "features": body.features,
-                "preferredLanguage": body.preferred_language,
-                "device": body.device,
-                "clientVersion": body.client_version,
-                "enableReordering": body.enable_reordering,
-            }
-            rows.conv(cid_env)[2] = _json({k: v for k, v in prefs.items() if v is not None})
-    return rows
-
-
-# --------------------------------------------------------------------------- statements
-
-
-class _StepConflictError(StorageRejectedError):
-    """A step took a (message, stepIndex) already held by another live step."""
-
-
-class _Dialect:
-    """Dialect-specific SQL for one transaction (PostgreSQL or SQLite)."""
-
-    def __init__(self, postgres: bool, copy_min_rows: int) -> None:
-        self.postgres = postgres
-        self.insert = pg_dialect.insert if postgres else sqlite_dialect.insert
-        self.copy_min_rows = copy_min_rows
-        self._upsert_message = self._message_upsert()
-
-    def _message_upsert(self) -> Any:
-        t = MESSAGES
-        ins = self.insert(t)
-        ex = ins.excluded
-        return ins.on_conflict_do_update(
-            index_elements=["id"],
-            set_={
-                "conversation_id": ex.conversation_id,
-                "sequence_number": ex.sequence_number,
-                "previous_id": ex.previous_id,
-                "message_role": ex.message_role,
-                "contents": case((ex.contents != "", ex.contents), else_=t.c.contents),
-                "completion_status": case(
-                    (t.c.completion_status == "pending", ex.completion_status),
-                    else_=t.c.completion_status,
-                ),
-                "model": func.coalesce(ex.model, t.c.model),
-                "sent_at": ex.sent_at,
-                "completed_at": func.coalesce(t.c.completed_at, ex.completed_at),
-                "placeholder": False,
-            },
-            where=t.c.placeholder.is_(True),
-        )
-
-    async def write(self, conn: AsyncConnection, rows: _Rows, *, supersede: bool) -> None:
-        """Apply ``rows`` on ``conn`` (inside the caller's transaction)."""
-        if rows.convs:
-            await conn.execute(
-                self.insert(CONVERSATIONS).on_conflict_do_nothing(index_elements=["id"]),
-                [{"id": cid, "livekit_room_name": cid} for cid in sorted(rows.convs)],
-            )
-        if rows.holders:
-            await conn.execute(
-                self.insert(MESSAGES).on_conflict_do_nothing(index_elements=["id"]),
-                [rows.holders[k] for k in sorted(rows.holders)],
-            )
-        if rows.messages:
-            await conn.execute(self._upsert_message, list(rows.messages.values()))
-        if rows.stops:
-            await self._stops(conn, rows.stops)
-        if rows.sentences:
-            await self._sentences(conn, rows)
-        if rows.incomplete:
-            m = MESSAGES
-            await conn.execute(
-                update(m)
-                .where(m.c.id == bindparam("b_id"), m.c.completion_status != "failed")
-                .values(
-                    completion_status="failed",
-                    completed_at=func.coalesce(
-                        m.c.completed_at, bindparam("b_at", type_=m.c.completed_at.type)
-                    ),
-                ),
-                rows.incomplete,
-            )
-        if rows.steps:
-            if supersede:
-                await self._steps_superseding(conn, rows.steps)
-            else:
-                await self._steps(conn, rows.steps)
-        if rows.tool_requests:
-            await self._tool_requests(conn, rows)
-        if rows.tool_results:
-            t = TOOL_USES
-            # The first result of a request wins: a re-delivered one changes nothing.
-            await conn.execute(
-                update(t)
-                .where(t.c.id == bindparam("b_id"), t.c.status.in_(("pending", "running")))
-                .values(
-                    status=bindparam("status"),
-                    tool_result=bindparam("tool_result", type_=t.c.tool_result.type),
-                    error_code=bindparam("error_code"),
-                    error_message=bindparam("error_message"),
-                    completed_at=bindparam("completed_at", type_=t.c.completed_at.type),
-                ),
-                list(rows.tool_results.values()),
-            )
-        await self._conversation_marks(conn, rows)
-
-    async def _sentences(self, conn: AsyncConnection, rows: _Rows) -> None:
-        s = SENTENCES
-        await conn.execute(
-            self.insert(s).on_conflict_do_nothing(
-                index_elements=["message_id", "sentence_sequence_number"]
-            ),
-            list(rows.sentences.values()),
-        )
-        ids = sorted({mid for mid, _ in rows.sentences})
-        result = await conn.execute(
-            select(s.c.message_id, s.c.text, s.c.is_final, s.c.sent_at)
-            .where(s.c.message_id.in_(ids), s.c.deleted_at.is_(None))
-            .order_by(s.c.message_id, s.c.sentence_sequence_number)
-        )
-        texts: dict[str, list[str]] = {}
-        final_at: dict[str, dt.datetime] = {}
-        for mid, text, is_final, sent_at in result:
-            texts.setdefault(mid, []).append(text)
-            if is_final:
-                final_at[mid] = sent_at
-        m = MESSAGES
-        open_ = m.c.completion_status.in_(("pending", "streaming"))
-        params = [
-            {
-                "b_id": mid,
-                "b_contents": _join_sentences(parts),
-                "b_final": mid in final_at,
-                "b_done": final_at.get(mid),
-            }
-            for mid, parts in texts.items()
-        ]
-        await conn.execute(
-            update(m)
-            .where(m.c.id == bindparam("b_id"))
-            .values(
-                contents=bindparam("b_contents"),
-                completion_status=case(
-                    (and_(bindparam("b_final"), open_), literal("completed")),
-                    else_=m.c.completion_status,
-                ),
-                completed_at=case(
-                    (
-                        and_(bindparam("b_final"), open_),
-                        func.coalesce(
-                            m.c.completed_at, bindparam("b_done", type_=m.c.completed_at.type)
-                        ),
-                    ),
-                    else_=m.c.completed_at,
-                ),
-            ),
-            params,
-        )
-
-    async def _steps(self, conn: AsyncConnection, steps: list[tuple[Any, ...]]) -> None:
-        try:
-            if self.postgres:
-                await self._steps_pg(conn, steps)
-            else:
-                await conn.execute(
-                    self.insert(STEPS).on_conflict_do_nothing(index_elements=["id"]),
-                    [dict(zip(_STEP_COLUMNS, s, strict=True)) for s in steps],
-                )
-        except Exception as exc:
-            if _STEP_UNIQUE in str(exc) or "alicia_reasoning_steps.message_id" in str(exc):
-                raise _StepConflictError(str(exc)) from exc
-            raise
-
-    async def _steps_pg(self, conn: AsyncConnection, steps: list[tuple[Any, ...]]) -> None:
-        raw = await conn.get_raw_connection()
-        apg: Any = raw.driver_connection
-        if not apg.is_in_transaction():  # pragma: no cover - write() always starts one first
-            raise RuntimeError("step COPY outside the batch transaction")
-        cols = ", ".join(_STEP_COLUMNS)
-        if len(steps) >= self.copy_min_rows:
-            await apg.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS alicia_tmp_steps ("
-                "id text, message_id text, conversation_id text, content text, "
-                "sequence_number integer, total_steps integer, sent_at timestamptz"
-                ") ON COMMIT DELETE ROWS"
-            )
-            await apg.copy_records_to_table(
-                "alicia_tmp_steps", records=steps, columns=_STEP_COLUMNS
-            )
-            await apg.execute(
-                f"INSERT INTO alicia_reasoning_steps ({cols}) SELECT {cols} "
-                "FROM alicia_tmp_steps ON CONFLICT (id) DO NOTHING"
-            )
-        else:
-            columns = [list(c) for c in zip(*steps, strict=True)]
-            await apg.execute(
-                f"INSERT INTO alicia_reasoning_steps ({cols}) SELECT * FROM unnest("
-                "$1::text[], $2::text[], $3::text[], $4::text[], $5::integer[], "
-                "$6::integer[], $7::timestamptz[]) ON CONFLICT (id) DO NOTHING",
-                *columns,
-            )
-
-    async def _steps_superseding(self, conn: AsyncConnection, steps: list[tuple[Any, ...]]) -> None:
-        # Slow path, taken only after a unique violation: a step re-using a live
-        # (message, stepIndex) supersedes the older one, which is soft-deleted, not lost.
-        t = STEPS
-        last_of_pair: dict[tuple[str, int], int] = {}
-        by_id: dict[str, int] = {}
-        for i, s in enumerate(steps):
-            if s[0] not in by_id:
-                by_id[s[0]] = i
-                last_of_pair[(s[1], s[4])] = i
-        keep = sorted(by_id.values())
-        x = t.alias("x")
-        await conn.execute(
-            update(t)
-            .where(
-                t.c.message_id == bindparam("b_mid"),
-                t.c.sequence_number == bindparam("b_seq"),
-                t.c.deleted_at.is_(None),
-                t.c.id != bindparam("b_id"),
-                ~exists().where(x.c.id == bindparam("b_id")),
-            )
-            .values(deleted_at=bindparam("b_at", type_=t.c.deleted_at.type)),
-            [
-                {
-                    "b_mid": steps[i][1],
-                    "b_seq": steps[i][4],
-                    "b_id": steps[i][0],
-                    "b_at": steps[i][6],
-                }
-                for i in keep
-                if last_of_pair[(steps[i][1], steps[i][4])] == i
-            ],
-        )
-        rows = []
-        for i in keep:
-            row = dict(zip(_STEP_COLUMNS, steps[i], strict=True))
-            superseded = last_of_pair[(steps[i][1], steps[i][4])] != i
-            row["deleted_at"] = steps[i][6] if superseded else None
-            rows.append(row)
-        await conn.execute(self.insert(t).on_conflict_do_nothing(index_elements=["id"]), rows)
-
-    async def _tool_requests(self, conn: AsyncConnection, rows: _Rows) -> None:
-        t = TOOL_USES
-        mids = sorted({r["message_id"] for r in rows.tool_requests.values()})
-        result = await conn.execute(
-            select(t.c.message_id, func.max(t.c.sequence_number))
-            .where(t.c.message_id.in_(mids))
-            .group_by(t.c.message_id)
-        )
-        last = {mid: n or 0 for mid, n in result}
-        params = []
-        for r in rows.tool_requests.values():
-            n = last.get(r["message_id"], 0) + 1
-            last[r["message_id"]] = n
-            params.append({**r, "sequence_number": n})
-        await conn.execute(self.insert(t).on_conflict_do_nothing(index_elements=["id"]), params)
-
-    async def _stops(self, conn: AsyncConnection, stops: list[dict[str, Any]]) -> None:
-        m = MESSAGES
-        inner = m.alias("latest")
-        latest = (
-            select(inner.c.id)
-            .where(
-                inner.c.conversation_id == bindparam("b_conv"),
-                inner.c.message_role == "assistant",
-                inner.c.completion_status == "streaming",
-                inner.c.deleted_at.is_(None),
-            )
-            .order_by(inner.c.sent_at.desc())
-            .limit(1)
-            .scalar_subquery()
-        )
-        target = func.coalesce(bindparam("b_target", type_=m.c.id.type), latest)
-        await conn.execute(
-            update(m)
-            .where(and_(m.c.id == target, m.c.completion_status == "streaming"))
-            .values(
-                completion_status="failed",
-                completed_at=func.coalesce(
-                    m.c.completed_at, bindparam("b_at", type_=m.c.completed_at.type)
-                ),
-            ),
-            stops,
-        )
-
-    async def _conversation_marks(self, conn: AsyncConnection, rows: _Rows) -> None:
-        c = CONVERSATIONS
-        marks = [
-            {"b_id": cid, "b_client": v[0], "b_server": v[1]}
-            for cid, v in sorted(rows.convs.items())
-            if v[0] is not None or v[1] is not None
-        ]
-        if marks:
-            client = bindparam("b_client", type_=c.c.last_client_stanza_id.type)
-            server = bindparam("b_server", type_=c.c.last_server_stanza_id.type)
-            await conn.execute(
-                update(c)
-                .where(c.c.id == bindparam("b_id"))
-                .values(
-                    last_client_stanza_id=case(
-                        (client > c.c.last_client_stanza_id, client),
-                        else_=c.c.last_client_stanza_id,
-                    ),
-                    last_server_stanza_id=case(
-                        (server < c.c.last_server_stanza_id, server),
-                        else_=c.c.last_server_stanza_id,
-                    ),
-                ),
-                marks,
-            )
-        prefs = [
-            {"b_id": cid, "b_prefs": v[2]} for cid, v in rows.convs.items() if v[2] is not None
-        ]
-        if prefs:
-            await conn.execute(
-                update(c)
-                .where(c.c.id == bindparam("b_id"))
-                .values(preferences=bindparam("b_prefs", type_=c.c.preferences.type)),
-                prefs,
-            )
 
 
 # --------------------------------------------------------------------------- migrations
@@ -892,7 +287,7 @@ class StorageWriter:
         self.stats = WriterStats()
         self._postgres = is_postgres(url)
         self._engine: AsyncEngine | None = None
-        self._dialect = _Dialect(self._postgres, opts.copy_min_rows)
+        self._dialect = Dialect(self._postgres, opts.copy_min_rows)
         self._spill = SpillDir(opts.spill_dir or default_spill_root(url))
         self._state = _State.NEW
         self._mem: deque[Item] = deque()
@@ -1224,7 +619,7 @@ class StorageWriter:
                 async with _mapped(), engine.begin() as conn:
                     await self._dialect.write(conn, rows, supersede=supersede)
                 return
-            except _StepConflictError:
+            except StepConflictError:
                 if supersede:
                     raise
                 supersede = True

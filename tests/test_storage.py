@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from storage_db import clear, fetch, new_database
 
+from agent._rows import build_rows
 from agent._spill import decode_items
 from agent.sink import NullSink, StepSink
-from agent.storage import StorageWriter, WriterOptions, build_rows, migrate, open_sink
+from agent.storage import StorageWriter, WriterOptions, migrate, open_sink
 from harness import free_port
 from protocol import (
     Acknowledgement,

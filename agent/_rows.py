@@ -1,0 +1,306 @@
+"""Queued envelopes -> table rows: the pure half of the storage writer.
+
+:func:`build_rows` groups one batch by table. Every row is keyed by its protocol id;
+rows a record refers to (its conversation, the message its ``previousId`` names) are
+listed as placeholders so the batch can be written on its own, in any order relative
+to other batches. Text is made storable (no NUL, no lone surrogates), JSON values
+JSON-safe, so the database refuses as little as possible.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from protocol import (
+    AssistantMessage,
+    AssistantSentence,
+    Configuration,
+    ControlStop,
+    Envelope,
+    ReasoningStep,
+    StartAnswer,
+    ToolUseRequest,
+    ToolUseResult,
+    Transcription,
+    UnknownBody,
+    UserMessage,
+)
+
+from ._spill import Item
+
+__all__ = ["Rows", "build_rows", "join_sentences"]
+
+_UTC: Final = dt.UTC
+
+_NUL: Final = "\x00"
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _text(s: str) -> str:
+    """Storable text: NUL (PostgreSQL text cannot hold it) and lone surrogates (not
+    UTF-8) become U+FFFD, so the record is kept instead of refused."""
+    if _NUL in s:
+        s = s.replace(_NUL, "\ufffd")
+    if not s.isascii():
+        try:
+            s.encode()
+        except UnicodeEncodeError:
+            s = _SURROGATE.sub("\ufffd", s)
+    return s
+
+
+def _json(value: Any, depth: int = 0) -> Any:
+    """A JSON-safe copy: NUL-free strings, bytes as base64, non-finite floats as null."""
+    if depth > 64:
+        return None
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, bool | int) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {_text(str(k)): _json(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v, depth + 1) for v in value]
+    if isinstance(value, msgspec.Struct):
+        return _json(msgspec.to_builtins(value), depth + 1)
+    return _text(str(value))
+
+
+def join_sentences(texts: Sequence[str]) -> str:
+    """Chunks joined as one answer: a space only where neither side has whitespace."""
+    out: list[str] = []
+    for t in texts:
+        if out and t and out[-1] and not out[-1][-1].isspace() and not t[0].isspace():
+            out.append(" ")
+        out.append(t)
+    return "".join(out)
+
+
+def _model_of(env: Envelope[Any]) -> str | None:
+    meta = env.meta
+    if not meta:
+        return None
+    model = meta.get("model")
+    return _text(model) if isinstance(model, str) and model else None
+
+
+def _tool_status(result: ToolUseResult) -> str:
+    if result.success:
+        return "success"
+    code = (result.error_code or "").lower()
+    return "cancelled" if code in ("tool_cancelled", "cancelled") else "error"
+
+
+@dataclass(slots=True)
+class Rows:
+    """The rows of one batch, grouped by table, ready to be written in one transaction."""
+
+    convs: dict[str, list[Any]] = field(default_factory=dict)
+    """conversation id -> [max client stanza | None, min server stanza | None, prefs | None]."""
+    holders: dict[str, dict[str, Any]] = field(default_factory=dict)
+    messages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sentences: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    steps: list[tuple[Any, ...]] = field(default_factory=list)
+    tool_requests: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tool_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stops: list[dict[str, Any]] = field(default_factory=list)
+    incomplete: list[dict[str, Any]] = field(default_factory=list)
+    """AssistantMessages with ``state: partial``: the answer is marked failed."""
+    final_seen: set[str] = field(default_factory=set)
+
+    def conv(self, cid: str) -> list[Any]:
+        c = self.convs.get(cid)
+        if c is None:
+            c = self.convs[cid] = [None, None, None]
+        return c
+
+    def holder(self, mid: str, cid: str, role: str, at: dt.datetime) -> None:
+        if mid not in self.holders:
+            self.conv(cid)
+            self.holders[mid] = {
+                "id": mid,
+                "conversation_id": cid,
+                "sequence_number": 0,
+                "message_role": role,
+                "contents": "",
+                "completion_status": "pending",
+                "placeholder": True,
+                "sent_at": at,
+            }
+
+    def message(
+        self,
+        env: Envelope[Any],
+        at: dt.datetime,
+        *,
+        mid: str,
+        cid: str,
+        previous: str | None,
+        role: str,
+        contents: str,
+        status: str,
+        completed: dt.datetime | None,
+        model: str | None,
+    ) -> None:
+        self.holder(mid, cid, role, at)
+        if previous:
+            self.holder(previous, cid, "assistant" if role == "user" else "user", at)
+        if mid in self.messages:
+            return
+        self.messages[mid] = {
+            "id": mid,
+            "conversation_id": cid,
+            "sequence_number": abs(env.stanza_id),
+            "previous_id": previous or None,
+            "message_role": role,
+            "contents": _text(contents),
+            "completion_status": status,
+            "placeholder": False,
+            "model": model,
+            "sent_at": at,
+            "completed_at": completed,
+        }
+
+
+def build_rows(items: Iterable[Item]) -> Rows:
+    """Group queued envelopes into table rows (pure; envelopes that store nothing only
+    update their conversation's stanza marks)."""
+    rows = Rows()
+    for item in items:
+        env = item.env
+        body = env.body
+        kind = type(body)
+        if kind is UnknownBody:
+            continue
+        cid_env = env.conversation_id
+        if cid_env:
+            c = rows.conv(cid_env)
+            sid = env.stanza_id
+            if sid > 0:
+                if c[0] is None or sid > c[0]:
+                    c[0] = sid
+            elif sid < 0 and (c[1] is None or sid < c[1]):
+                c[1] = sid
+        at = dt.datetime.fromtimestamp(item.at, _UTC)
+        if kind is ReasoningStep:
+            cid = body.conversation_id or cid_env
+            rows.conv(cid)
+            rows.holder(body.previous_id, cid, "user", at)
+            rows.steps.append(
+                (
+                    body.id,
+                    body.previous_id,
+                    cid,
+                    _text(body.content),
+                    body.step_index,
+                    body.total_steps,
+                    at,
+                )
+            )
+        elif kind is UserMessage or (kind is Transcription and body.final):
+            rows.message(
+                env,
+                at,
+                mid=body.id,
+                cid=body.conversation_id or cid_env,
+                previous=body.previous_id,
+                role="user",
+                contents=body.content if kind is UserMessage else body.text,
+                status="completed",
+                completed=at,
+                model=None,
+            )
+        elif kind is StartAnswer:
+            rows.message(
+                env,
+                at,
+                mid=body.id,
+                cid=body.conversation_id or cid_env,
+                previous=body.previous_id,
+                role="assistant",
+                contents="",
+                status="streaming",
+                completed=None,
+                model=_model_of(env),
+            )
+        elif kind is AssistantMessage:
+            rows.message(
+                env,
+                at,
+                mid=body.id,
+                cid=body.conversation_id or cid_env,
+                previous=body.previous_id,
+                role="assistant",
+                contents=body.content,
+                status="failed" if body.state == "partial" else "completed",
+                completed=at,
+                model=_model_of(env),
+            )
+            if body.state == "partial":
+                rows.incomplete.append({"b_id": body.id, "b_at": at})
+        elif kind is AssistantSentence:
+            cid = body.conversation_id or cid_env
+            rows.holder(body.previous_id, cid, "assistant", at)
+            key = (body.previous_id, body.sequence)
+            if body.is_final:
+                rows.final_seen.add(body.previous_id)
+            if key not in rows.sentences:
+                rows.sentences[key] = {
+                    "message_id": body.previous_id,
+                    "sentence_sequence_number": body.sequence,
+                    "id": body.id,
+                    "text": _text(body.text),
+                    "is_final": bool(body.is_final),
+                    "sent_at": at,
+                }
+        elif kind is ToolUseRequest:
+            cid = body.conversation_id or cid_env
+            mid = body.previous_id or item.turn or f"{cid}:unknown-turn"
+            rows.conv(cid)
+            rows.holder(mid, cid, "user", at)
+            if body.id not in rows.tool_requests:
+                rows.tool_requests[body.id] = {
+                    "id": body.id,
+                    "message_id": mid,
+                    "conversation_id": cid,
+                    "tool_name": _text(body.tool_name),
+                    "tool_arguments": _json(body.parameters),
+                    "status": "running" if body.execution == "server" else "pending",
+                    "execution": body.execution,
+                    "sent_at": at,
+                }
+        elif kind is ToolUseResult:
+            rows.tool_results[body.request_id] = {
+                "b_id": body.request_id,
+                "status": _tool_status(body),
+                "tool_result": _json(body.result),
+                "error_code": _text(body.error_code) if body.error_code else None,
+                "error_message": _text(body.error_message) if body.error_message else None,
+                "completed_at": at,
+            }
+        elif kind is ControlStop and cid_env and body.target_id not in rows.final_seen:
+            # Stops apply before this batch's sentences; one aimed at an answer whose
+            # final sentence came earlier in the batch arrived too late to stop it.
+            rows.stops.append({"b_conv": cid_env, "b_target": body.target_id, "b_at": at})
+        elif kind is Configuration and env.stanza_id > 0 and cid_env:
+            prefs = {
+                "features": body.features,
+                "preferredLanguage": body.preferred_language,
+                "device": body.device,
+                "clientVersion": body.client_version,
+                "enableReordering": body.enable_reordering,
+            }
+            rows.conv(cid_env)[2] = _json({k: v for k, v in prefs.items() if v is not None})
+    return rows
