@@ -109,6 +109,8 @@ class RoomTransport:
         self._state = _State.NEW
         self.dropped = 0
         """Incoming packets dropped because the queue was full."""
+        self.unattributed = 0
+        """Incoming packets dropped because the SDK did not know their sender yet."""
 
     def start(self) -> RoomTransport:
         """Start listening to the room's data packets and departures."""
@@ -171,7 +173,15 @@ class RoomTransport:
     # -- room callbacks (event loop thread) -----------------------------------------
 
     def _on_data(self, packet: rtc.DataPacket) -> None:
-        if packet.topic != self._topic or packet.participant is None:
+        if packet.topic != self._topic:
+            return
+        if packet.participant is None:
+            # livekit-server may deliver a new participant's first packets before the
+            # participant_connected event; the SDK then cannot name the sender (its
+            # identity is empty), so the packet cannot be answered. Clients repeat their
+            # Configuration until it is answered (see DECISIONS in the worker report).
+            self.unattributed += 1
+            logger.warning("data packet from an unknown participant dropped")
             return
         if self._queue.qsize() >= self._max_pending:
             self.dropped += 1

@@ -268,6 +268,7 @@ class Conversation:
         return p
 
     async def _on_packet(self, packet: Packet) -> None:
+        logger.debug("packet received", extra={"sender": packet.sender, "size": len(packet.data)})
         p = self._participant(packet.sender)
         if not p.packets.take():
             await self._error(p, Overloaded("too many packets: slow down"))

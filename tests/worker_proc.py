@@ -47,6 +47,7 @@ async def running_worker(
     mode: str = "start",
     env: Mapping[str, str] | None = None,
     ready_timeout: float = 60.0,
+    log_level: str = "info",
 ) -> AsyncIterator[WorkerProcess]:
     """``python -m agent <mode>`` with the server's env and ``LLM_BASE_URL``; registered."""
     full_env = {
@@ -70,7 +71,7 @@ async def running_worker(
                 "agent",
                 mode,
                 "--log-level",
-                "info",
+                log_level,
                 *(["--drain-timeout", "2"] if mode == "start" else []),
                 env=full_env,
                 cwd=str(ROOT),
