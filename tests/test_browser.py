@@ -13,18 +13,27 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+import pytest_asyncio
 
+from agent.demo_llm import RecordedLLM, load_manifest
 from harness import LiveKitServer
 from protocol import new_id
 from tests.client_helpers import Script, scripted_agent
 from tests.web_helpers import serving_web
+from tests.worker_proc import running_worker
+from tests.worker_streams import combined_streams
 
 pytestmark = pytest.mark.integration
+
+# The machine is busy (chromium, other tests): a worker that reports itself full when the
+# room is created is never dispatched to it.
+NO_LOAD_LIMIT = {"ALICIA_LOAD_THRESHOLD": "inf"}
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "browser" / "e2e.mjs"
@@ -106,3 +115,42 @@ async def test_page_shows_steps_then_answer_and_the_toggle_hides_new_steps(
     ]
     assert configs[0].device == "web" and configs[1].conversation_id == room
     assert (ARTIFACTS / "browser-scripted.png").stat().st_size > 10_000
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:
+        yield server
+
+
+async def test_page_against_the_real_worker_streams_steps_tool_and_answer_then_toggles(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    streams = load_manifest(llm.streams_dir)
+    call, followup = streams["calculator_tool_call"], streams["calculator_tool_followup"]
+    other = streams["deepseek_reasoning_content"]
+    shot = ARTIFACTS / "browser-e2e.png"
+    async with (
+        running_worker(livekit_server, llm.base_url, env=NO_LOAD_LIMIT) as worker,
+        serving_web(livekit_server) as base,
+    ):
+        try:
+            report = await drive(
+                page_url(base, new_id("conv")),
+                shot,
+                question_1=call.user,
+                question_2=other.user,
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\nworker log:\n{worker.log()}") from None
+    first, second = report["first"], report["second"]
+    expected = [*call.steps, *followup.steps]
+    assert first["steps"] == expected
+    assert first["stepNumbers"] == [f"step {i}" for i in range(1, len(expected) + 1)]
+    assert len(first["tools"]) == 1
+    assert "calculator" in first["tools"][0] and "395" in first["tools"][0]
+    assert first["answer"] == followup.answer
+    assert second["steps"] == [] and second["answer"] == other.answer
+    assert "reasoning hidden" in second["summary"]
+    assert "reasoning_steps" in report["status"]
+    assert shot.stat().st_size > 10_000

@@ -1,0 +1,103 @@
+"""alicia-client against the real worker process (recorded LLM streams over real HTTP)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from agent.demo_llm import RecordedLLM, StreamSpec, load_manifest
+from harness import LiveKitServer
+from protocol import MessageType, new_id
+from tests.test_client import run_cli
+from tests.worker_proc import WorkerProcess, running_worker
+from tests.worker_streams import combined_streams
+
+pytestmark = pytest.mark.integration
+
+# The machine is busy (chromium, other tests): a worker that reports itself full when the
+# room is created is never dispatched to it.
+NO_LOAD_LIMIT = {"ALICIA_LOAD_THRESHOLD": "inf"}
+
+T = MessageType
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def worker(livekit_server: LiveKitServer, llm: RecordedLLM) -> AsyncIterator[WorkerProcess]:
+    async with running_worker(livekit_server, llm.base_url, env=NO_LOAD_LIMIT) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def streams(llm: RecordedLLM) -> dict[str, StreamSpec]:
+    return load_manifest(llm.streams_dir)
+
+
+async def test_cli_shows_the_workers_steps_tool_and_answer_then_hides_steps(
+    livekit_server: LiveKitServer, worker: WorkerProcess, streams: dict[str, StreamSpec]
+) -> None:
+    call, followup = streams["calculator_tool_call"], streams["calculator_tool_followup"]
+    other = streams["deepseek_reasoning_content"]
+    code, out, err = await run_cli(
+        "--room",
+        new_id("conv"),
+        "--say",
+        call.user,
+        "--say",
+        "/r",
+        "--say",
+        other.user,
+        "--exit-after",
+        env=livekit_server.env(),
+    )
+    assert code == 0, f"{out}\n{err}\n{worker.log()}"
+    first, second = out.split("reasoning hidden\n")
+    lines = first.splitlines()
+    steps = [ln.strip() for ln in lines if ln.strip().startswith("▸")]
+    expected = [*call.steps, *followup.steps]
+    assert steps == [f"▸ step {i}: {t}" for i, t in enumerate(expected, start=1)]
+    i_tool = next(i for i, ln in enumerate(lines) if "⚙ tool calculator" in ln)
+    i_result = next(i for i, ln in enumerate(lines) if "⚙ result" in ln)
+    i_step3 = next(i for i, ln in enumerate(lines) if "▸ step 3:" in ln)
+    assert i_tool < i_result < i_step3
+    assert '"value":395' in lines[i_result]
+    assert f"alicia > {followup.answer}" in first
+    assert "▸" not in second
+    assert f"alicia > {other.answer}" in second
+    assert "reasoning steps hidden" not in second  # the worker stopped sending them
+
+
+async def test_cli_json_envelopes_from_the_worker_follow_the_turn_order(
+    livekit_server: LiveKitServer, worker: WorkerProcess, streams: dict[str, StreamSpec]
+) -> None:
+    spec = streams["deepseek_reasoning_content"]
+    room = new_id("conv")
+    code, out, err = await run_cli(
+        "--room", room, "--json", "--say", spec.user, "--exit-after", env=livekit_server.env()
+    )
+    assert code == 0, f"{err}\n{worker.log()}"
+    envs = [json.loads(line) for line in out.splitlines()]
+    server = [e for e in envs if e["stanzaId"] < 0]
+    assert [e["stanzaId"] for e in server] == list(range(-1, -len(server) - 1, -1))
+    assert server[0]["type"] == T.CONFIGURATION
+    assert server[0]["body"]["conversationId"] == room
+    user = next(e for e in envs if e["type"] == T.USER_MESSAGE)
+    steps = [e["body"] for e in server if e["type"] == T.REASONING_STEP]
+    assert [s["content"] for s in steps] == list(spec.steps)
+    assert [s["stepIndex"] for s in steps] == [1, 2, 3, 4]
+    assert {s["previousId"] for s in steps} == {user["body"]["id"]}
+    kinds = [e["type"] for e in server]
+    start = kinds.index(T.START_ANSWER)
+    assert max(i for i, k in enumerate(kinds) if k == T.REASONING_STEP) < start
+    sentences = [e["body"] for e in server[start + 1 :] if e["type"] == T.ASSISTANT_SENTENCE]
+    assert " ".join(s["text"].strip() for s in sentences) == spec.answer
+    assert sentences[-1]["isFinal"] is True
+    assert [s["sequence"] for s in sentences] == list(range(1, len(sentences) + 1))
