@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.demo_llm import DEFAULT_STREAM, load_manifest
+from agent.demo_llm import DEFAULT_STREAM, RecordedLLM, load_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -58,3 +59,37 @@ def test_demo_refuses_an_llm_url_without_a_model(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "LLM_MODEL is not" in proc.stderr
+
+
+async def test_demo_uses_the_endpoint_named_by_llm_base_url(tmp_path: Path) -> None:
+    # Any OpenAI-compatible endpoint will do; this one replays recordings over real HTTP.
+    async with RecordedLLM() as llm:
+        spec = llm.spec("vllm_reasoning_both_fields")
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(
+            {"LLM_BASE_URL": llm.base_url, "LLM_MODEL": "qwen3:8b", "NO_COLOR": "1"},
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "demo",
+            "--data-dir",
+            str(tmp_path),
+            "--question",
+            spec.user,
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        raw_out, raw_err = await asyncio.wait_for(proc.communicate(), 240)
+        requests = list(llm.requests)
+        base_url = llm.base_url
+    out = raw_out.decode()
+    assert proc.returncode == 0, f"{out}\n{raw_err.decode()}"
+    assert "demo model" not in out
+    assert f"qwen3:8b at {base_url} (from LLM_BASE_URL)" in out
+    assert out.count("▸ step") == len(spec.steps)
+    assert f"alicia > {spec.answer}" in out
+    assert requests and all(r["model"] == "qwen3:8b" for r in requests)
+    assert "qwen3:8b" in out[out.index("Analytics from storage") :]
