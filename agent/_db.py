@@ -48,13 +48,18 @@ def create_engine(
     connect_timeout: float = 5.0,
     command_timeout: float = 30.0,
     pooled: bool = True,
+    pre_ping: bool = True,
 ) -> AsyncEngine:
-    """An async engine for ``url`` with our connection settings (see module docstring)."""
+    """An async engine for ``url`` with our connection settings (see module docstring).
+
+    ``pre_ping=False`` skips the liveness query on every checkout, for callers that
+    retry anyway (a dead connection fails once and is replaced).
+    """
     kwargs: dict[str, Any] = {}
     if is_postgres(url):
         kwargs["connect_args"] = {"timeout": connect_timeout, "command_timeout": command_timeout}
         if pooled:
-            kwargs.update(pool_size=pool_size, max_overflow=2, pool_pre_ping=True)
+            kwargs.update(pool_size=pool_size, max_overflow=2, pool_pre_ping=pre_ping)
         else:
             kwargs["poolclass"] = NullPool
     elif is_sqlite(url):

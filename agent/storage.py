@@ -11,12 +11,13 @@ queued envelopes into rows and writes them in batches, one transaction per batch
   names) are created first in the same transaction, as placeholders if needed, so a
   step is stored even when its message is not (yet) known; the real message fills the
   placeholder in when it arrives;
-* on PostgreSQL, reasoning steps go in with ``COPY`` into a temporary table plus one
-  ``INSERT … SELECT … ON CONFLICT DO NOTHING`` (small batches: one ``INSERT … SELECT
-  FROM unnest(…)``); ``bench/storage.py`` measures it against plain ``COPY``.
+* on PostgreSQL, a batch of steps is one ``COPY`` into the table inside a savepoint,
+  falling back to one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` when a
+  row is already there (:mod:`agent._sql`); ``bench/storage.py`` measures it against a
+  plain ``COPY`` and a naive INSERT loop.
 
-When the database is unreachable the failed batch is retried with exponential backoff
-while new envelopes keep queueing in memory (bounded by ``max_memory_records`` /
+When the database is unreachable the failed batch is kept on disk (a spill segment) and
+retried with exponential backoff while new envelopes keep queueing in memory (bounded by ``max_memory_records`` /
 ``max_memory_bytes``); past that bound the oldest queued records move to fsync'd spill
 segments on disk (:mod:`agent._spill`), which are written back, oldest first, once the
 database answers. :meth:`StorageWriter.aclose` flushes for up to ``close_timeout``
@@ -83,6 +84,7 @@ __all__ = [
 
 logger = logging.getLogger("alicia.storage")
 
+_KNOWN_MESSAGES: Final = 20_000
 MIGRATIONS_DIR: Final = Path(__file__).resolve().parent.parent / "migrations"
 
 
@@ -303,6 +305,7 @@ class StorageWriter:
         self._closing = asyncio.Event()
         self._migrated = not opts.migrate
         self._turns: OrderedDict[str, str] = OrderedDict()
+        self._known: OrderedDict[str, None] = OrderedDict()  # message ids stored by us
         self._steps: OrderedDict[str, int] = OrderedDict()
         self._write_atask: asyncio.Task[None] | None = None
         self._spill_atask: asyncio.Task[None] | None = None
@@ -321,7 +324,7 @@ class StorageWriter:
                 "adopted spilled records",
                 extra={"segments": len(adopted), "spill_dir": str(self._spill.root)},
             )
-        self._engine = create_engine(self.url, pool_size=self.options.pool_size)
+        self._engine = create_engine(self.url, pool_size=self.options.pool_size, pre_ping=False)
         self._state = _State.RUNNING
         self._write_atask = asyncio.create_task(self._write_loop(), name="alicia-storage-writer")
         self._spill_atask = asyncio.create_task(self._spill_loop(), name="alicia-storage-spill")
@@ -613,16 +616,33 @@ class StorageWriter:
             await migrate(engine)
             self._migrated = True
         rows = build_rows(items)
+        referenced = list(rows.holders)
+        known = self._known
+        for mid in referenced:
+            if mid in known:  # stored by an earlier batch: no placeholder needed
+                del rows.holders[mid]
         supersede = False
         while True:
             try:
                 async with _mapped(), engine.begin() as conn:
                     await self._dialect.write(conn, rows, supersede=supersede)
-                return
+                break
             except StepConflictError:
                 if supersede:
                     raise
                 supersede = True
+            except StorageRejectedError:
+                if len(rows.holders) == len(referenced):
+                    raise
+                # A message we took as stored may have been deleted meanwhile: forget
+                # what we know and try once more with every placeholder.
+                known.clear()
+                rows = build_rows(items)
+        for mid in referenced:
+            known[mid] = None
+            known.move_to_end(mid)
+        while len(known) > _KNOWN_MESSAGES:
+            known.popitem(last=False)
 
 
 async def open_sink(url: str | None, options: WriterOptions | None = None) -> StepSink:
