@@ -1,0 +1,97 @@
+"""Worker settings from the environment: defaults, parsing, errors, secrets out of repr."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from agent.settings import Settings, SettingsError
+
+REQUIRED = {
+    "LIVEKIT_URL": "ws://127.0.0.1:7880",
+    "LIVEKIT_API_KEY": "devkey",
+    "LIVEKIT_API_SECRET": "very-secret-value",
+    "LLM_BASE_URL": "http://127.0.0.1:8000/v1",
+    "LLM_MODEL": "Qwen/Qwen3-8B",
+}
+
+
+def test_defaults_with_only_the_required_variables() -> None:
+    s = Settings.from_env(REQUIRED)
+    assert s.livekit_url == "ws://127.0.0.1:7880" and s.llm_model == "Qwen/Qwen3-8B"
+    assert s.show_reasoning_default is True and s.tools_enabled is True
+    assert s.database_url is None and s.stt is None and s.tts is None and not s.voice
+    assert s.step_max_delay_s == 1.0 and s.job_executor == "process"
+    assert s.load_threshold is None and s.llm_api_key == "none"
+
+
+def test_every_variable_is_read() -> None:
+    env = {
+        **REQUIRED,
+        "LLM_API_KEY": "sk-test",
+        "DATABASE_URL": "postgresql+asyncpg://u:pw@127.0.0.1/db",
+        "ALICIA_SHOW_REASONING_DEFAULT": "false",
+        "ALICIA_STEP_MAX_DELAY": "0.25",
+        "ALICIA_TOOLS": "off",
+        "ALICIA_LLM_THINKING_OPEN": "yes",
+        "ALICIA_QUEUE_SIZE": "3",
+        "ALICIA_RATE": "7.5",
+        "ALICIA_RATE_BURST": "9",
+        "ALICIA_ERROR_RATE": "0.5",
+        "ALICIA_ERROR_BURST": "2",
+        "ALICIA_EDIT_TIMEOUT": "3",
+        "ALICIA_STT": "livekit.plugins.deepgram:STT",
+        "ALICIA_JOB_EXECUTOR": "thread",
+        "ALICIA_LOAD_THRESHOLD": "inf",
+        "ALICIA_AGENT_NAME": "alicia",
+        "ALICIA_HTTP_PORT": "8081",
+        "ALICIA_TIMING_META": "1",
+        "ALICIA_MAX_TOOL_ROUNDS": "2",
+        "ALICIA_HISTORY_TURNS": "5",
+        "ALICIA_LLM_TIMEOUT": "30",
+        "ALICIA_SYSTEM_PROMPT": "Be brief.",
+    }
+    s = Settings.from_env(env)
+    assert (s.llm_api_key, s.database_url) == ("sk-test", env["DATABASE_URL"])
+    assert not s.show_reasoning_default and not s.tools_enabled and s.llm_thinking_open
+    assert (s.step_max_delay_s, s.queue_size, s.rate_per_s, s.rate_burst) == (0.25, 3, 7.5, 9)
+    assert (s.error_rate_per_s, s.error_burst, s.edit_timeout_s) == (0.5, 2, 3.0)
+    assert s.stt == "livekit.plugins.deepgram:STT" and s.voice
+    assert s.job_executor == "thread" and s.load_threshold == math.inf
+    assert (s.agent_name, s.http_port, s.timing_meta) == ("alicia", 8081, True)
+    assert (s.max_tool_rounds, s.history_turns, s.llm_timeout_s) == (2, 5, 30.0)
+    assert s.system_prompt == "Be brief."
+
+
+def test_secrets_stay_out_of_repr() -> None:
+    env = {**REQUIRED, "LLM_API_KEY": "sk-hidden", "DATABASE_URL": "postgresql://u:pw@h/d"}
+    text = repr(Settings.from_env(env))
+    for secret in ("very-secret-value", "devkey", "sk-hidden", "pw@h"):
+        assert secret not in text
+    assert "Qwen/Qwen3-8B" in text
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"LIVEKIT_URL": ""}, "LIVEKIT_URL is required"),
+        ({"LLM_MODEL": "  "}, "LLM_MODEL is required"),
+        ({"ALICIA_TOOLS": "maybe"}, "ALICIA_TOOLS must be true or false"),
+        ({"ALICIA_STEP_MAX_DELAY": "soon"}, "must be a number"),
+        ({"ALICIA_STEP_MAX_DELAY": "0"}, "must be at least"),
+        ({"ALICIA_QUEUE_SIZE": "1.5"}, "must be an integer"),
+        ({"ALICIA_RATE": "nan"}, "must be a number"),
+        ({"ALICIA_JOB_EXECUTOR": "fork"}, "process or thread"),
+    ],
+)
+def test_bad_values_name_the_variable(change: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env({**REQUIRED, **change})
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings.from_env(REQUIRED)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.llm_model = "other"  # type: ignore[misc]

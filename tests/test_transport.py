@@ -1,0 +1,126 @@
+"""RoomTransport over a real livekit-server room, and the MemoryTransport fake."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from livekit import api
+
+from agent.transport import Incoming, Left, Packet, RoomTransport, TransportError
+from harness import LiveKitServer
+from protocol import DATA_TOPIC, new_id
+from tests.fakes import MemoryTransport, Sent
+from tests.livekit_helpers import Inbox, joined, wait_for_participant
+
+pytestmark = pytest.mark.integration
+
+
+async def next_item(items: AsyncIterator[Incoming], within: float = 10.0) -> Incoming:
+    async with asyncio.timeout(within):
+        return await anext(items)
+
+
+async def test_packets_flow_both_ways_and_departures_are_reported(
+    livekit_server: LiveKitServer,
+) -> None:
+    room = new_id("conv")
+    async with (
+        joined(livekit_server, room, "agent") as agent_room,
+        joined(livekit_server, room, "alice") as alice,
+        joined(livekit_server, room, "bob") as bob,
+    ):
+        for who in ("alice", "bob"):
+            await wait_for_participant(agent_room, who)
+        await wait_for_participant(alice, "agent")
+        await wait_for_participant(bob, "agent")
+        alice_inbox, bob_inbox = Inbox(alice, DATA_TOPIC), Inbox(bob, DATA_TOPIC)
+        async with RoomTransport(agent_room) as transport:
+            items = aiter(transport)
+            # Incoming: only our topic, with the sender's identity, in order.
+            await alice.local_participant.publish_data(b"other", reliable=True, topic="x")
+            for i in range(3):
+                await alice.local_participant.publish_data(
+                    f"a{i}".encode(),
+                    reliable=True,
+                    destination_identities=["agent"],
+                    topic=DATA_TOPIC,
+                )
+            got = [await next_item(items) for _ in range(3)]
+            assert got == [Packet("alice", b"a0"), Packet("alice", b"a1"), Packet("alice", b"a2")]
+            # Outgoing: to one identity, then to several.
+            await transport.send(b"only-bob", to=["bob"])
+            await transport.send(b"both", to=["alice", "bob"])
+            b = await bob_inbox.wait_for(2)
+            a = await alice_inbox.wait_for(1)
+            assert [p.data for p in b] == [b"only-bob", b"both"]
+            assert [p.data for p in a] == [b"both"]
+            assert all(p.topic == DATA_TOPIC for p in a + b)
+            await bob.disconnect()
+            assert await next_item(items) == Left("bob")
+        # Closed: iteration ends, sending is a usage error, reopening too.
+        assert [item async for item in transport] == []
+        with pytest.raises(RuntimeError):
+            await transport.send(b"late")
+        with pytest.raises(RuntimeError):
+            transport.start()
+
+
+async def test_iteration_ends_when_the_room_closes_and_sends_then_fail(
+    livekit_server: LiveKitServer,
+) -> None:
+    room = new_id("conv")
+    async with joined(livekit_server, room, "agent") as agent_room:
+        transport = RoomTransport(agent_room).start()
+        items = aiter(transport)
+        async with api.LiveKitAPI(
+            livekit_server.http_url, livekit_server.api_key, livekit_server.api_secret
+        ) as lk:
+            await lk.room.delete_room(api.DeleteRoomRequest(room=room))
+        async with asyncio.timeout(10):
+            assert [item async for item in items] == []
+        with pytest.raises(TransportError) as info:
+            await transport.send(b"x", to=["nobody"])
+        assert info.value.__cause__ is not None
+        await transport.aclose()
+
+
+async def test_a_full_incoming_queue_drops_and_counts(livekit_server: LiveKitServer) -> None:
+    room = new_id("conv")
+    async with (
+        joined(livekit_server, room, "agent") as agent_room,
+        joined(livekit_server, room, "alice") as alice,
+    ):
+        await wait_for_participant(agent_room, "alice")
+        async with RoomTransport(agent_room, max_pending=2) as transport:
+            for i in range(5):
+                await alice.local_participant.publish_data(
+                    bytes([i]), reliable=True, topic=DATA_TOPIC
+                )
+            async with asyncio.timeout(10):
+                while transport.dropped < 3:  # noqa: ASYNC110
+                    await asyncio.sleep(0.01)
+            items = aiter(transport)
+            assert [await next_item(items), await next_item(items)] == [
+                Packet("alice", b"\x00"),
+                Packet("alice", b"\x01"),
+            ]
+
+
+async def test_memory_transport_records_sends_and_replays_deliveries() -> None:
+    seen: list[Sent] = []
+    transport = MemoryTransport(handler=seen.append)
+    transport.deliver("alice", b"hello")
+    transport.leave("alice")
+    await transport.send(b"x", to=["alice"])
+    await transport.send(b"y")
+    assert seen == transport.sent == [Sent(b"x", ("alice",)), Sent(b"y", None)]
+    assert seen[0].reaches("alice") and not seen[0].reaches("bob") and seen[1].reaches("bob")
+    transport.fail_sends = True
+    with pytest.raises(TransportError):
+        await transport.send(b"z")
+    await transport.aclose()
+    assert [i async for i in transport] == [Packet("alice", b"hello"), Left("alice")]
+    with pytest.raises(RuntimeError):
+        await transport.send(b"after close")
