@@ -23,7 +23,9 @@ nesting too deep for the interpreter's recursion limit are all mapped at this bo
 express (int32/uint16/uint32 ranges, float ranges, enum and literal values, str meta
 keys, packet size) and raises :class:`~protocol.errors.EncodeError` instead of sending
 a packet the peer must refuse. The checks are a small per-type table derived from the
-Struct definitions with ``msgspec.inspect``.
+Struct definitions with ``msgspec.inspect``; each body type gets a generated encoder
+that runs them as straight-line code and hands anything unusual to the careful path
+that names the offending field.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ _INT64_MIN: Final = -(2**63)
 _UINT64_MAX: Final = 2**64 - 1
 
 # (attribute, wire key, required, number type, low, high, allowed values or None)
+_Encode: TypeAlias = Callable[[Envelope[Any]], bytes]
 _Rule: TypeAlias = tuple[
     str, str, bool, type[Any] | tuple[type[Any], ...], float, float, frozenset[Any] | None
 ]
@@ -141,53 +144,69 @@ def _rules_of(cls: type[Any]) -> tuple[_Rule, ...]:
     return tuple(r for f in info.fields if (r := _rule_for(f)) is not None)
 
 
-def _compile_fast_check(rules: tuple[_Rule, ...]) -> Callable[[Any], bool]:
-    """A predicate on an envelope: True when it is plainly valid to send.
+_FAST_ENCODER: Final = """
+def encode_{name}(e):
+    s = e.stanza_id
+    if (e.type != {code} or type(s) is not int or not {lo32} <= s <= {hi32}
+            or type(e.conversation_id) is not str):
+        return careful(e)
+    m = e.meta
+    if m is not None:
+        if type(m) is not dict:
+            return careful(e)
+        for k in m:
+            if type(k) is not str:
+                return careful(e)
+    b = e.body
+{checks}
+    try:
+        data = raw_encode(e)
+    except Exception:
+        return careful(e)
+    if len(data) > {max_bytes}:
+        return careful(e)
+    return data
+"""
 
-    It covers ``stanzaId`` (int32), ``conversationId`` (str), str meta keys, and every
-    constrained body field. Its source is generated (as dataclasses and attrs generate
-    ``__init__``): straight-line tests, several times cheaper than looping over the
-    rules. It may say False for something the full check accepts (an ``IntEnum`` in an
-    int field, an int in a float field); :func:`encode` then runs
-    :func:`_check_envelope`, which decides.
+
+def _compile_fast_encoder(cls: type[Any], code: int, rules: tuple[_Rule, ...]) -> _Encode:
+    """The encoder of one body type for envelopes that are plainly valid.
+
+    Its source is generated from the rules (as dataclasses and attrs generate
+    ``__init__``): straight-line tests of ``type``, ``stanzaId``, ``conversationId``,
+    meta keys and each constrained field, then the msgspec encoder and the size check,
+    several times cheaper than looping over the rules. Anything unusual (a failed test,
+    an ``IntEnum`` in an int field, an encoder error, a packet too large) is handed to
+    :func:`_encode_carefully`, which decides and raises the precise error.
     """
-    ns: dict[str, Any] = {"inf": math.inf}
-    lines = [
-        "def plainly_valid(e):",
-        "    s = e.stanza_id",
-        f"    if type(s) is not int or not {_INT32_MIN} <= s <= {_INT32_MAX}: return False",
-        "    if type(e.conversation_id) is not str: return False",
-        "    m = e.meta",
-        "    if m is not None:",
-        "        if type(m) is not dict: return False",
-        "        for k in m:",
-        "            if type(k) is not str: return False",
-        "    b = e.body",
-    ]
+    ns: dict[str, Any] = {"careful": _encode_carefully, "raw_encode": _encoder.encode}
+    checks = []
     for i, (attr, _wire, required, kind, lo, hi, allowed) in enumerate(rules):
         if allowed is not None:
             ns[f"a{i}"], ns[f"k{i}"] = allowed, kind
             bad = f"type(v) is bool or not isinstance(v, k{i}) or v not in a{i}"
         else:
-            bad = f"type(v) is not {'int' if kind is int else 'float'} or not {lo!r} <= v <= {hi!r}"
-        lines.append(f"    v = b.{attr}")
+            ns[f"lo{i}"], ns[f"hi{i}"] = lo, hi  # inline literals are faster than names
+            low = repr(lo) if math.isfinite(lo) else f"lo{i}"
+            high = repr(hi) if math.isfinite(hi) else f"hi{i}"
+            bad = f"type(v) is not {'int' if kind is int else 'float'} or not {low} <= v <= {high}"
+        checks.append(f"    v = b.{attr}")
         if required:
-            lines.append(f"    if v is None or {bad}: return False")
+            checks.append(f"    if v is None or {bad}:")
         else:
-            lines.append(f"    if v is not None and ({bad}): return False")
-    lines.append("    return True")
-    exec("\n".join(lines), ns)
-    check: Callable[[Any], bool] = ns["plainly_valid"]
-    return check
-
-
-_EncodePlan: TypeAlias = tuple[int, tuple[_Rule, ...], Callable[[Any], bool]]
-_ENCODE_PLAN: Final[dict[type[Any], _EncodePlan]] = {
-    cls: (int(code), rules, _compile_fast_check(rules))
-    for code, cls in BODY_TYPES.items()
-    for rules in (_rules_of(cls),)
-}
-"""Body class -> (type code, checks of its constrained fields, fast envelope predicate)."""
+            checks.append(f"    if v is not None and ({bad}):")
+        checks.append("        return careful(e)")
+    source = _FAST_ENCODER.format(
+        name=cls.__name__,
+        code=code,
+        lo32=_INT32_MIN,
+        hi32=_INT32_MAX,
+        checks="\n".join(checks),
+        max_bytes=MAX_PACKET_BYTES,
+    )
+    exec(source, ns)
+    encode: _Encode = ns[f"encode_{cls.__name__}"]
+    return encode
 
 
 def _check_envelope(env: Envelope[Any], rules: tuple[_Rule, ...]) -> None:
@@ -219,6 +238,55 @@ def _check_envelope(env: Envelope[Any], rules: tuple[_Rule, ...]) -> None:
             raise EncodeError(
                 f"{type(body).__name__}: {wire}={v!r} is not {want} - at `$.body.{wire}`"
             )
+
+
+def _encode_carefully(env: Envelope[Any]) -> bytes:
+    """Encode with every check spelled out; raises the precise EncodeError."""
+    body = env.body
+    code = _CODE_OF.get(type(body))
+    if code is not None:
+        if env.type != code:
+            raise EncodeError(f"envelope type {env.type} does not match {type(body).__name__}")
+        _check_envelope(env, _RULES[type(body)])
+        obj: Any = env
+    elif isinstance(body, UnknownBody):
+        code = body.type_code
+        if env.type != code or not 0 <= code <= _UINT16_MAX or code in _body_decoders:
+            raise EncodeError(f"UnknownBody needs an unknown uint16 type code, not {code}")
+        _check_envelope(env, ())
+        obj = _unknown_as_dict(env, body)
+    else:
+        raise EncodeError(f"not a protocol body: {type(body).__name__}")
+    try:
+        data = _encoder.encode(obj)
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
+        raise EncodeError(f"cannot encode {type(body).__name__}: {exc}") from exc
+    if len(data) > MAX_PACKET_BYTES:
+        raise PacketTooLargeError(len(data), MAX_PACKET_BYTES)
+    return data
+
+
+def _unknown_as_dict(env: Envelope[Any], body: UnknownBody) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "stanzaId": env.stanza_id,
+        "conversationId": env.conversation_id,
+        "type": env.type,
+        "body": body.fields,
+    }
+    if env.meta is not None:
+        out["meta"] = env.meta
+    return out
+
+
+_CODE_OF: Final[dict[type[Any], int]] = {cls: int(code) for code, cls in BODY_TYPES.items()}
+_RULES: Final[dict[type[Any], tuple[_Rule, ...]]] = {
+    cls: _rules_of(cls) for cls in BODY_TYPES.values()
+}
+"""Body class -> checks of its constrained fields."""
+_FAST_ENCODERS: Final[dict[type[Any], _Encode]] = {
+    cls: _compile_fast_encoder(cls, _CODE_OF[cls], _RULES[cls]) for cls in BODY_TYPES.values()
+}
+"""Body class -> its generated encoder (falls back to :func:`_encode_carefully`)."""
 
 
 # --- alias tables (PROTOCOL.md §3 "Aliases") -----------------------------------------
@@ -358,42 +426,10 @@ def encode(env: Envelope[Any]) -> bytes:
     literal/enum field with an unknown value, a non-str meta key, an unencodable value)
     and :class:`~protocol.errors.PacketTooLargeError` above :data:`MAX_PACKET_BYTES`.
     """
-    body = env.body
-    plan = _ENCODE_PLAN.get(type(body))
-    if plan is not None:
-        code, rules, plainly_valid = plan
-        if env.type != code:
-            raise EncodeError(f"envelope type {env.type} does not match {type(body).__name__}")
-        if not plainly_valid(env):
-            _check_envelope(env, rules)
-        obj: Any = env
-    elif isinstance(body, UnknownBody):
-        code = body.type_code
-        if env.type != code or not 0 <= code <= _UINT16_MAX or code in _body_decoders:
-            raise EncodeError(f"UnknownBody needs an unknown uint16 type code, not {code}")
-        _check_envelope(env, ())
-        obj = _unknown_as_dict(env, body)
-    else:
-        raise EncodeError(f"not a protocol body: {type(body).__name__}")
-    try:
-        data = _encoder.encode(obj)
-    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
-        raise EncodeError(f"cannot encode {type(body).__name__}: {exc}") from exc
-    if len(data) > MAX_PACKET_BYTES:
-        raise PacketTooLargeError(len(data), MAX_PACKET_BYTES)
-    return data
-
-
-def _unknown_as_dict(env: Envelope[Any], body: UnknownBody) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "stanzaId": env.stanza_id,
-        "conversationId": env.conversation_id,
-        "type": env.type,
-        "body": body.fields,
-    }
-    if env.meta is not None:
-        out["meta"] = env.meta
-    return out
+    fast = _FAST_ENCODERS.get(type(env.body))
+    if fast is not None:
+        return fast(env)
+    return _encode_carefully(env)
 
 
 def split_text(text: str, max_bytes: int = TEXT_BUDGET_BYTES) -> list[str]:

@@ -508,7 +508,7 @@ class TestEncodeAgreesWithDecode:
 
     @pytest.mark.parametrize("body", every_type(), ids=lambda b: type(b).__name__)
     def test_every_constrained_field_with_every_weird_value(self, body: Any) -> None:
-        rules = codec_module._ENCODE_PLAN[type(body)][1]
+        rules = codec_module._RULES[type(body)]
         env = envelope(body, stanza_id=-1, conversation_id=C)
         for attr, *_ in rules:
             for value in WEIRD_VALUES:
@@ -519,9 +519,7 @@ class TestEncodeAgreesWithDecode:
 
     def test_the_rules_cover_every_constrained_field(self) -> None:
         covered = {
-            (cls.__name__, rule[0])
-            for cls, (_, rules, _) in codec_module._ENCODE_PLAN.items()
-            for rule in rules
+            (cls.__name__, rule[0]) for cls, rules in codec_module._RULES.items() for rule in rules
         }
         assert ("ReasoningStep", "step_index") in covered
         assert ("ErrorMessage", "severity") in covered
@@ -532,7 +530,7 @@ class TestEncodeAgreesWithDecode:
     @given(envelopes(), st.data())
     @settings(max_examples=300, deadline=None)
     def test_random_bodies_with_weird_values(self, env: Envelope[Any], data: st.DataObject) -> None:
-        rules = codec_module._ENCODE_PLAN[type(env.body)][1]
+        rules = codec_module._RULES[type(env.body)]
         if rules:
             attr = data.draw(st.sampled_from([r[0] for r in rules]))
             value = data.draw(st.sampled_from(WEIRD_VALUES))
