@@ -396,7 +396,8 @@ def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
 
     Raises :class:`~protocol.errors.DecodeError` for bytes that are not a MessagePack
     envelope and :class:`~protocol.errors.ValidationError` for a missing, ill-typed or
-    out-of-range field. An unknown ``type`` yields a body of :class:`UnknownBody`.
+    out-of-range field; no other exception for any bytes (a non-bytes argument is a
+    ``TypeError``). An unknown ``type`` yields a body of :class:`UnknownBody`.
     """
     try:
         head = _envelope_decoder.decode(data)
