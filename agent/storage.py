@@ -17,13 +17,14 @@ queued envelopes into rows and writes them in batches, one transaction per batch
   plain ``COPY`` and a naive INSERT loop.
 
 When the database is unreachable the failed batch is kept on disk (a spill segment) and
-retried with exponential backoff while new envelopes keep queueing in memory (bounded by ``max_memory_records`` /
-``max_memory_bytes``); past that bound the oldest queued records move to fsync'd spill
-segments on disk (:mod:`agent._spill`), which are written back, oldest first, once the
-database answers. :meth:`StorageWriter.aclose` flushes for up to ``close_timeout``
-seconds and spills whatever is left; the next writer on the same spill root replays it
-first. Records the database refuses (a constraint or data error that a retry cannot fix)
-are isolated by bisecting the batch and kept in the spill root's ``dead-letter/``.
+retried with exponential backoff while new envelopes keep queueing in memory (bounded
+by ``max_memory_records`` / ``max_memory_bytes``); past that bound the oldest queued
+records move to fsync'd spill segments (:mod:`agent._spill`) too. Segments are written
+back, oldest first, once the database answers. :meth:`StorageWriter.aclose` flushes
+for up to ``close_timeout_s`` and spills whatever is left; the next writer on the same
+spill root replays it first. Records the database refuses (a constraint or data error
+that a retry cannot fix) are isolated by bisecting the batch and kept in the spill
+root's ``dead-letter/``.
 
 Exception tree (SQLAlchemy/asyncpg/sqlite errors are mapped at this boundary)::
 
@@ -138,7 +139,7 @@ def map_error(exc: BaseException) -> StorageError:
         return StorageRejectedError(msg)
     if isinstance(exc, sa_exc.StatementError) and not isinstance(exc, sa_exc.DBAPIError):
         return StorageRejectedError(msg)  # a value could not even be bound (e.g. JSON)
-    if isinstance(exc, UnicodeError | TypeError | ValueError | OverflowError):
+    if isinstance(exc, UnicodeError):
         return StorageRejectedError(msg)  # raised by the driver while encoding a value
     if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
         return StorageUnavailableError(msg)
@@ -152,6 +153,14 @@ def map_error(exc: BaseException) -> StorageError:
     return StorageError(msg)
 
 
+def _from_database(exc: BaseException) -> bool:
+    # Errors of the database layer (mapped); anything else is a bug and propagates as is.
+    if isinstance(exc, sa_exc.SQLAlchemyError | OSError | TimeoutError | EOFError | UnicodeError):
+        return True
+    module = type(exc).__module__
+    return module.startswith(("asyncpg", "sqlite3", "aiosqlite", "alembic"))
+
+
 @contextlib.asynccontextmanager
 async def _mapped() -> AsyncIterator[None]:
     try:
@@ -161,6 +170,8 @@ async def _mapped() -> AsyncIterator[None]:
     except StepConflictError:
         raise  # handled by the writer (superseding retry), never seen outside
     except Exception as exc:
+        if not _from_database(exc):
+            raise
         raise map_error(exc) from exc
 
 
@@ -558,24 +569,17 @@ class StorageWriter:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
     async def _write_resilient(self, items: list[Item]) -> bool:
-        """Store ``items``, retrying while the database is away; False if closing first."""
+        """Store ``items``, retrying while the database is away; False if closing first.
+
+        A batch the database refuses (or that hits a bug while being converted) is cut in
+        halves until the offending records are alone; those go to ``dead-letter/``.
+        """
         delay = self.options.retry_initial_s
         while True:
             try:
                 await self._write(items)
-            except StorageRejectedError as exc:
-                if len(items) == 1:
-                    await asyncio.to_thread(self._spill.dead_letter, items)
-                    self.stats.dead_lettered += 1
-                    logger.error(
-                        "record refused by the database, kept in dead-letter",
-                        extra={"error": str(exc), "stanza_id": items[0].env.stanza_id},
-                    )
-                    return True
-                mid = len(items) // 2
-                return await self._write_resilient(items[:mid]) and await self._write_resilient(
-                    items[mid:]
-                )
+            except (StorageRejectedError, StepConflictError) as exc:
+                return await self._isolate(items, exc)
             except StorageError as exc:
                 self.stats.retries += 1
                 self.stats.last_error = str(exc)
@@ -592,10 +596,25 @@ class StorageWriter:
                 if self._closing.is_set() and self._out_of_time():
                     return False
                 delay = min(delay * 2, self.options.retry_max_s)
+            except Exception as exc:
+                logger.exception("records could not be converted or written")
+                return await self._isolate(items, exc)
             else:
                 self.stats.written += len(items)
                 self.stats.batches += 1
                 return True
+
+    async def _isolate(self, items: list[Item], exc: Exception) -> bool:
+        if len(items) == 1:
+            await asyncio.to_thread(self._spill.dead_letter, items)
+            self.stats.dead_lettered += 1
+            logger.error(
+                "record refused, kept in dead-letter",
+                extra={"error": str(exc), "stanza_id": items[0].env.stanza_id},
+            )
+            return True
+        mid = len(items) // 2
+        return await self._write_resilient(items[:mid]) and await self._write_resilient(items[mid:])
 
     async def _persist_inflight(self) -> None:
         """Keep a batch that could not be written on disk while it is retried."""

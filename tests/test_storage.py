@@ -624,3 +624,58 @@ def test_build_rows_groups_a_batch() -> None:
     assert rows.tool_results["toolreq_2"]["status"] == "error"
     assert rows.steps[0][6] == dt.datetime.fromtimestamp(1_700_000_003.0, dt.UTC)
     assert json.dumps(rows.convs[CID][2])  # preferences are JSON-safe
+
+
+async def test_large_batches_redelivered_or_reusing_an_index(
+    url: str, options: WriterOptions
+) -> None:
+    # Big batches take the COPY path on PostgreSQL; a row already stored, or a reused
+    # (message, stepIndex), sends them down the ON CONFLICT / superseding paths.
+    c = Conv()
+    first = [
+        c.server(step(f"msg_{i // 10}", i % 10 + 1, f"s{i}", sid=f"rs_{i}")) for i in range(300)
+    ]
+    await write(url, options, first)
+    more = [c.server(step("msg_new", i + 1, f"n{i}", sid=f"rs_new_{i}")) for i in range(300)]
+    reuse = c.server(step("msg_0", 1, "replaces rs_0", sid="rs_reuse"))
+    async with StorageWriter(url, options) as w:
+        for env in [*first, *more, reuse]:
+            w.submit(env)
+        await w.flush(timeout=30)
+        assert w.stats.dead_lettered == 0 and w.stats.written == 601
+    rows = await fetch(url, "SELECT id, deleted_at FROM alicia_reasoning_steps")
+    assert len(rows) == 601
+    deleted = sorted(r["id"] for r in rows if r["deleted_at"] is not None)
+    assert deleted == ["rs_0"]
+
+
+async def test_message_deleted_behind_the_writers_back(url: str, options: WriterOptions) -> None:
+    c = Conv()
+    async with StorageWriter(url, options) as w:
+        w.submit(c.client(UserMessage(id="msg_gone", conversation_id=CID, content="q")))
+        w.submit(c.server(step("msg_gone", 1, "a")))
+        await w.flush(timeout=30)
+        await fetch_exec(url, "DELETE FROM alicia_messages WHERE id = 'msg_gone'")  # cascades
+        w.submit(c.server(step("msg_gone", 2, "b")))
+        await w.flush(timeout=30)
+        assert w.stats.dead_lettered == 0
+    [msg] = await table(url, "alicia_messages")
+    assert (msg["id"], msg["placeholder"]) == ("msg_gone", True)
+    assert [r["id"] for r in await table(url, "alicia_reasoning_steps")] == ["rs_msg_gone_2"]
+
+
+async def test_a_record_that_breaks_conversion_is_isolated(
+    url: str, options: WriterOptions
+) -> None:
+    c = Conv()
+    broken = UserMessage(id="msg_bad", conversation_id=CID, content=None)  # type: ignore[arg-type]
+    envs = [c.server(step("msg_u1", i, f"s{i}")) for i in (1, 2)]
+    async with StorageWriter(url, options) as w:
+        for env in [envs[0], c.client(broken), envs[1]]:
+            w.submit(env)
+        await w.flush(timeout=30)
+        assert w.stats.dead_lettered == 1
+    assert [r["id"] for r in await table(url, "alicia_reasoning_steps")] == [
+        "rs_msg_u1_1",
+        "rs_msg_u1_2",
+    ]
