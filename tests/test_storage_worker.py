@@ -1,0 +1,214 @@
+"""Persistence on, end to end: the real worker process (``python -m agent start``) with
+``DATABASE_URL`` set to a fresh, unmigrated database on the real Postgres, a client in a
+real livekit-server room, the recorded LLM over HTTP. What the client received must be
+exactly what is stored, and the analytics views must count it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from livekit import rtc
+from storage_db import fetch, new_database
+
+from agent.demo_llm import RecordedLLM
+from harness import LiveKitServer, PostgresServer
+from protocol import (
+    DATA_TOPIC,
+    AssistantSentence,
+    Body,
+    Configuration,
+    Envelope,
+    ReasoningStep,
+    StanzaCounter,
+    StartAnswer,
+    ToolUseRequest,
+    UserMessage,
+    decode,
+    encode,
+    envelope,
+    new_id,
+)
+from tests.worker_proc import running_worker
+from tests.worker_streams import combined_streams
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
+    streams = combined_streams(tmp_path_factory.mktemp("streams"))
+    async with RecordedLLM(streams_dir=streams) as server:
+        yield server
+
+
+class Client:
+    """A protocol client: numbers what it sends, keeps what the agent sends."""
+
+    def __init__(self, room: rtc.Room, conversation_id: str) -> None:
+        self.room = room
+        self.conversation_id = conversation_id
+        self.counter = StanzaCounter("client")
+        self.last_sent = 0
+        self.box: list[Envelope[Any]] = []
+        self.agent = ""
+        self._event = asyncio.Event()
+        room.on("data_received", self._on_data)
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        sender = packet.participant
+        if packet.topic == DATA_TOPIC and sender is not None and sender.identity == self.agent:
+            self.box.append(decode(packet.data))
+            self._event.set()
+
+    async def wait_for_agent(self) -> None:
+        async with asyncio.timeout(30):
+            while not self.agent:
+                for p in self.room.remote_participants.values():
+                    if p.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+                        self.agent = p.identity
+                await asyncio.sleep(0.02)
+
+    async def send(self, body: Body) -> None:
+        self.last_sent = self.counter.next()
+        env = envelope(body, stanza_id=self.last_sent, conversation_id=self.conversation_id)
+        await self.room.local_participant.publish_data(
+            encode(env), reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
+        )
+
+    async def wait_for(self, kind: type[Any], within: float = 30.0, **match: Any) -> Any:
+        async with asyncio.timeout(within):
+            while True:
+                for env in self.box:
+                    body = env.body
+                    if isinstance(body, kind) and all(
+                        getattr(body, k) == v for k, v in match.items()
+                    ):
+                        return body
+                self._event.clear()
+                await self._event.wait()
+
+    async def handshake(self) -> None:
+        for _ in range(15):  # the first packets of a new participant can go unanswered
+            await self.send(Configuration(features=["reasoning_step_display", "streaming"]))
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(Configuration, within=1.0)
+                return
+        raise TimeoutError("no Configuration reply")
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e.body for e in self.box if isinstance(e.body, kind)]
+
+
+async def test_a_turn_through_the_real_worker_is_stored_exactly(
+    livekit_server: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    tmp_path: Path,
+) -> None:
+    url = await new_database("postgres", postgres_server, tmp_path, "worker")
+    home = tmp_path / "home"
+    env = {
+        "DATABASE_URL": url,
+        "HOME": str(home),  # the default spill root lives under it
+        "ALICIA_STEP_MAX_DELAY": "0.2",
+        "ALICIA_LOAD_THRESHOLD": "inf",
+    }
+    room = new_id("conv")
+    call, follow = llm.spec("calculator_tool_call"), llm.spec("calculator_tool_followup")
+    async with running_worker(livekit_server, llm.base_url, env=env) as worker:
+        try:
+            r = rtc.Room()
+            await r.connect(livekit_server.url, livekit_server.token("alice", room))
+            try:
+                alice = Client(r, room)
+                await alice.wait_for_agent()
+                await alice.handshake()
+                llm.script("calculator_tool_call")
+                question = UserMessage(id=new_id("msg"), conversation_id=room, content=call.user)
+                await alice.send(question)
+                await alice.wait_for(AssistantSentence, is_final=True)
+            finally:
+                await r.disconnect()
+            # The writer is asynchronous: wait (bounded) until the answer is stored.
+            deadline = time.monotonic() + 30
+            while await answer_status(url) != "completed":
+                assert time.monotonic() < deadline, worker.log()
+                await asyncio.sleep(0.2)
+        except BaseException as exc:
+            raise AssertionError(f"{exc!r}\n--- worker log ---\n{worker.log()}") from exc
+
+    steps: list[ReasoningStep] = alice.of(ReasoningStep)
+    assert len(steps) == len(call.steps) + len(follow.steps)
+    stored = await fetch(
+        url,
+        "SELECT id, message_id, conversation_id, sequence_number, content, deleted_at "
+        "FROM alicia_reasoning_steps ORDER BY sequence_number",
+    )
+    assert [(s["id"], s["message_id"], s["sequence_number"], s["content"]) for s in stored] == [
+        (s.id, s.previous_id, s.step_index, s.content) for s in steps
+    ]
+    assert {s["conversation_id"] for s in stored} == {room}
+    assert all(s["deleted_at"] is None for s in stored)
+
+    start: StartAnswer = alice.of(StartAnswer)[0]
+    sentences: list[AssistantSentence] = alice.of(AssistantSentence)
+    msgs = {m["id"]: m for m in await fetch(url, "SELECT * FROM alicia_messages")}
+    assert set(msgs) == {question.id, start.id}
+    user, answer = msgs[question.id], msgs[start.id]
+    assert (user["message_role"], user["contents"], user["placeholder"]) == (
+        "user",
+        call.user,
+        False,
+    )
+    assert (answer["message_role"], answer["previous_id"], answer["model"]) == (
+        "assistant",
+        question.id,
+        "recorded-model",
+    )
+    assert answer["contents"].split() == " ".join(s.text for s in sentences).split()
+    assert answer["contents"].split() == follow.answer.split()
+
+    request: ToolUseRequest = alice.of(ToolUseRequest)[0]
+    [tool] = await fetch(url, "SELECT * FROM alicia_tool_uses")
+    assert (tool["id"], tool["message_id"], tool["tool_name"], tool["status"]) == (
+        request.id,
+        question.id,
+        "calculator",
+        "success",
+    )
+    assert tool["tool_arguments"] == request.parameters
+    assert tool["tool_result"] == {"expression": "(17 * 23) + 4.0", "value": 395}
+
+    [conv] = await fetch(url, "SELECT * FROM alicia_conversations")
+    assert conv["id"] == room
+    assert conv["last_client_stanza_id"] == alice.last_sent
+    assert conv["last_server_stanza_id"] <= min(e.stanza_id for e in alice.box)
+
+    [daily] = await fetch(url, "SELECT * FROM alicia_model_daily")
+    assert (daily["model"], daily["answers"], daily["steps"]) == ("recorded-model", 1, len(steps))
+    assert (daily["tool_calls"], daily["tool_failures"]) == (1, 0)
+    assert daily["avg_ms_to_first_step"] is not None and daily["avg_ms_to_answer"] > 0
+    # A clean shutdown left nothing behind in the spill area.
+    assert not list(home.glob(".local/state/alicia/spill/*/*/*.seg"))
+
+
+async def answer_status(url: str) -> str | None:
+    """The stored answer's completion status (None until the worker has migrated/written)."""
+    tables = await fetch(
+        url,
+        "SELECT count(*) AS n FROM information_schema.tables "
+        "WHERE table_name = 'alicia_alembic_version'",
+    )
+    if not tables[0]["n"]:
+        return None
+    rows = await fetch(
+        url, "SELECT completion_status FROM alicia_messages WHERE message_role = 'assistant'"
+    )
+    return str(rows[0]["completion_status"]) if rows else None
