@@ -219,6 +219,15 @@ class WriterOptions:
     step_chains: int = 100_000
     """Chains whose last submitted step index is remembered (for seeding)."""
 
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_memory_records", "max_memory_bytes", "spill_chunk"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"WriterOptions.{name} must be at least 1")
+        if min(self.linger_s, self.retry_initial_s, self.close_timeout_s) < 0:
+            raise ValueError("WriterOptions times must not be negative")
+        if self.retry_max_s < self.retry_initial_s or self.query_timeout_s <= 0:
+            raise ValueError("WriterOptions: retry_max_s >= retry_initial_s, query_timeout_s > 0")
+
 
 @dataclass(slots=True)
 class WriterStats:

@@ -679,3 +679,12 @@ async def test_a_record_that_breaks_conversion_is_isolated(
         "rs_msg_u1_1",
         "rs_msg_u1_2",
     ]
+
+
+def test_writer_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        WriterOptions(batch_size=0)
+    with pytest.raises(ValueError, match="retry_max_s"):
+        WriterOptions(retry_initial_s=2.0, retry_max_s=1.0)
+    with pytest.raises(ValueError, match="negative"):
+        WriterOptions(linger_s=-1)
