@@ -160,7 +160,7 @@ async def run(args: argparse.Namespace) -> int:
             f"server features: {features}; reasoning {shown} (/r toggles)[/]"
         )
 
-        async def handle(line: str) -> int | None:
+        async def handle(line: str, *, echo: bool = True) -> int | None:
             text = line.strip()
             if not text:
                 return None
@@ -177,7 +177,7 @@ async def run(args: argparse.Namespace) -> int:
                     return EXIT_AGENT
                 status.print(f"[dim]reasoning {'shown' if want else 'hidden'}[/]")
                 return None
-            if not args.json:
+            if echo and not args.json:
                 renderer.question(text)
             turn = await session.ask(text)
             try:
@@ -204,7 +204,7 @@ async def run(args: argparse.Namespace) -> int:
             if item is _EOF:
                 break
             assert isinstance(item, str)
-            code = await handle(item)
+            code = await handle(item, echo=not interactive)  # a TTY shows what was typed
             if code is not None:
                 return code
         return 0
