@@ -29,6 +29,18 @@ from .tables import tool_uses as TOOL_USES
 __all__ = ["Dialect", "StepConflictError"]
 
 _UNIQUE_VIOLATION: Final = "23505"
+_CONVERSATION_UPSERT: Final = """
+    INSERT INTO alicia_conversations (id, livekit_room_name, last_client_stanza_id,
+                                      last_server_stanza_id)
+    SELECT c, c, lc, ls FROM unnest($1::text[], $2::integer[], $3::integer[]) AS t(c, lc, ls)
+    ON CONFLICT (id) DO UPDATE SET
+        last_client_stanza_id = GREATEST(alicia_conversations.last_client_stanza_id,
+                                         EXCLUDED.last_client_stanza_id),
+        last_server_stanza_id = LEAST(alicia_conversations.last_server_stanza_id,
+                                      EXCLUDED.last_server_stanza_id)
+    WHERE EXCLUDED.last_client_stanza_id > alicia_conversations.last_client_stanza_id
+       OR EXCLUDED.last_server_stanza_id < alicia_conversations.last_server_stanza_id
+"""
 _STEP_UNIQUE: Final = "uq_alicia_reasoning_steps_live_message_sequence"
 _STEP_COLUMNS: Final = (
     "id",
@@ -100,6 +112,43 @@ class Dialect:
             where=t.c.placeholder.is_(True),
         )
 
+    def only_steps(self, rows: Rows) -> bool:
+        """True if ``rows`` holds nothing but steps (and their conversation/placeholders):
+        on PostgreSQL such a batch, the common one, can go through :meth:`write_steps`."""
+        return (
+            self.postgres
+            and not (
+                rows.messages
+                or rows.sentences
+                or rows.tool_requests
+                or rows.tool_results
+                or rows.stops
+                or rows.incomplete
+            )
+            and all(v[2] is None for v in rows.convs.values())
+        )
+
+    async def write_steps(self, apg: Any, rows: Rows) -> None:
+        """PostgreSQL fast path for :meth:`only_steps` batches, straight on the asyncpg
+        connection ``apg`` inside the caller's transaction: no SQLAlchemy per statement,
+        so less work on the event loop the realtime path shares."""
+        convs = sorted(rows.convs.items())
+        await apg.execute(
+            _CONVERSATION_UPSERT,
+            [cid for cid, _ in convs],
+            [0 if v[0] is None else v[0] for _, v in convs],
+            [-1 if v[1] is None else v[1] for _, v in convs],
+        )
+        if rows.holders:
+            await self._holders_pg(apg, [rows.holders[k] for k in sorted(rows.holders)])
+        if rows.steps:
+            try:
+                await self._steps_pg(apg, rows.steps)
+            except Exception as exc:
+                if _STEP_UNIQUE in str(exc):
+                    raise StepConflictError(str(exc)) from exc
+                raise
+
     async def write(self, conn: AsyncConnection, rows: Rows, *, supersede: bool) -> None:
         """Apply ``rows`` on ``conn`` (inside the caller's transaction)."""
         if rows.convs:
@@ -118,7 +167,7 @@ class Dialect:
         if rows.holders:
             holders = [rows.holders[k] for k in sorted(rows.holders)]
             if self.postgres:
-                await self._holders_pg(conn, holders)
+                await self._holders_pg(await _driver(conn), holders)
             else:
                 await conn.execute(
                     self.insert(MESSAGES).on_conflict_do_nothing(index_elements=["id"]), holders
@@ -222,7 +271,7 @@ class Dialect:
     async def _steps(self, conn: AsyncConnection, steps: list[tuple[Any, ...]]) -> None:
         try:
             if self.postgres:
-                await self._steps_pg(conn, steps)
+                await self._steps_pg(await _driver(conn), steps)
             else:
                 await conn.execute(
                     self.insert(STEPS).on_conflict_do_nothing(index_elements=["id"]),
@@ -233,10 +282,8 @@ class Dialect:
                 raise StepConflictError(str(exc)) from exc
             raise
 
-    async def _steps_pg(self, conn: AsyncConnection, steps: list[tuple[Any, ...]]) -> None:
-        raw = await conn.get_raw_connection()
-        apg: Any = raw.driver_connection
-        if not apg.is_in_transaction():  # pragma: no cover - write() always starts one first
+    async def _steps_pg(self, apg: Any, steps: list[tuple[Any, ...]]) -> None:
+        if not apg.is_in_transaction():  # pragma: no cover - callers always start one first
             raise RuntimeError("step COPY outside the batch transaction")
         cols = ", ".join(_STEP_COLUMNS)
         if len(steps) >= self.copy_min_rows:
@@ -260,10 +307,8 @@ class Dialect:
             *columns,
         )
 
-    async def _holders_pg(self, conn: AsyncConnection, holders: list[dict[str, Any]]) -> None:
+    async def _holders_pg(self, apg: Any, holders: list[dict[str, Any]]) -> None:
         # One statement with arrays instead of a many-row VALUES list: far less Python.
-        raw = await conn.get_raw_connection()
-        apg: Any = raw.driver_connection
         await apg.execute(
             "INSERT INTO alicia_messages (id, conversation_id, sequence_number, message_role, "
             "contents, completion_status, placeholder, sent_at) "
@@ -373,3 +418,8 @@ class Dialect:
                 .values(preferences=bindparam("b_prefs", type_=c.c.preferences.type)),
                 prefs,
             )
+
+
+async def _driver(conn: AsyncConnection) -> Any:
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection

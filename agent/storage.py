@@ -65,7 +65,7 @@ from protocol import (
 )
 
 from ._db import create_engine, is_postgres
-from ._rows import build_rows
+from ._rows import Rows, build_rows
 from ._spill import Item, Segment, SpillDir
 from ._sql import Dialect, StepConflictError
 from .sink import NullSink, StepSink
@@ -194,7 +194,7 @@ class WriterOptions:
     database must share it so a restarted worker replays what the last one left."""
     batch_size: int = 5000
     """Records per transaction at most."""
-    linger_s: float = 0.05
+    linger_s: float = 0.2
     """How long a batch waits to fill once its first record is queued."""
     max_memory_records: int = 100_000
     """Queued records kept in memory before the oldest move to the spill file."""
@@ -625,6 +625,25 @@ class StorageWriter:
         mid = len(items) // 2
         return await self._write_resilient(items[:mid]) and await self._write_resilient(items[mid:])
 
+    async def _write_steps(self, engine: AsyncEngine, rows: Rows) -> None:
+        # PostgreSQL fast path: one asyncpg transaction, no SQLAlchemy statements. The
+        # pool does not see driver errors here, so a failed connection is dropped by hand.
+        async with _mapped(), engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            apg: Any = raw.driver_connection
+            try:
+                async with apg.transaction():
+                    await self._dialect.write_steps(apg, rows)
+            except StepConflictError:
+                raise  # rolled back; the connection is fine
+            except BaseException as exc:
+                lost = not isinstance(exc, Exception) or isinstance(
+                    map_error(exc), StorageUnavailableError
+                )
+                if lost:
+                    await conn.invalidate()
+                raise
+
     async def _persist_inflight(self) -> None:
         """Keep a batch that could not be written on disk while it is retried."""
         async with self._lock:
@@ -652,8 +671,11 @@ class StorageWriter:
         supersede = False
         while True:
             try:
-                async with _mapped(), engine.begin() as conn:
-                    await self._dialect.write(conn, rows, supersede=supersede)
+                if not supersede and self._dialect.only_steps(rows):
+                    await self._write_steps(engine, rows)
+                else:
+                    async with _mapped(), engine.begin() as conn:
+                        await self._dialect.write(conn, rows, supersede=supersede)
                 break
             except StepConflictError:
                 if supersede:

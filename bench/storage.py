@@ -364,8 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=100_000, help="steps per throughput run")
     parser.add_argument("--naive-n", type=int, default=5_000, help="steps for the naive loop")
     parser.add_argument("--repeat", type=int, default=3, help="throughput runs per method")
-    parser.add_argument("--rounds", type=int, default=6, help="realtime rounds per mode")
-    parser.add_argument("--per-round", type=int, default=400, help="steps per realtime round")
+    parser.add_argument("--rounds", type=int, default=20, help="realtime rounds per mode")
+    parser.add_argument("--per-round", type=int, default=150, help="steps per realtime round")
     parser.add_argument("--rate", type=float, default=200.0, help="realtime steps per second")
     asyncio.run(amain(parser.parse_args(argv)))
 
