@@ -382,19 +382,26 @@ class StorageWriter:
         left.extend(self._mem)
         self._mem.clear()
         self._inflight = []
-        if left:
-            left.sort(key=lambda it: it.seq)
-            for i in range(0, len(left), self.options.spill_chunk):
-                self._spill.write(left[i : i + self.options.spill_chunk])
-            self.stats.spilled += len(left)
-            logger.warning(
-                "records left in the spill file at close",
-                extra={"records": len(left), "spill_dir": str(self._spill.own)},
+        try:
+            if left:
+                left.sort(key=lambda it: it.seq)
+                for i in range(0, len(left), self.options.spill_chunk):
+                    self._spill.write(left[i : i + self.options.spill_chunk])
+                self.stats.spilled += len(left)
+                logger.warning(
+                    "records left in the spill file at close",
+                    extra={"records": len(left), "spill_dir": str(self._spill.own)},
+                )
+        except OSError as exc:
+            logger.error(
+                "records lost: spill write failed at close",
+                extra={"records": len(left), "error": str(exc)},
             )
-        self._spill.close()
-        if self._engine is not None:
-            await self._engine.dispose()
-        self._state = _State.CLOSED
+        finally:
+            self._spill.close()
+            if self._engine is not None:
+                await self._engine.dispose()
+            self._state = _State.CLOSED
 
     # -- StepSink -----------------------------------------------------------------
 
@@ -465,7 +472,8 @@ class StorageWriter:
     def queued(self) -> int:
         """Records not yet stored: in memory, in flight and in spill segments."""
         spilled = sum(max(s.count, 1) for s in self._spill.segments)
-        return len(self._mem) + len(self._inflight) + spilled
+        inflight = len(self._inflight) if self._inflight_seg is None else 0
+        return len(self._mem) + inflight + spilled
 
     # -- bookkeeping -------------------------------------------------------------
 
