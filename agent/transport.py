@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from livekit import rtc
 
@@ -120,6 +120,8 @@ class RoomTransport:
         self._room.on("participant_disconnected", self._on_left)
         self._room.on("disconnected", self._on_disconnected)
         self._state = _State.OPEN
+        if not narrow_ffi_events(self._room):
+            logger.info("room FFI events not narrowed (unexpected livekit SDK internals)")
         return self
 
     async def aclose(self) -> None:
@@ -195,3 +197,51 @@ class RoomTransport:
     def _on_disconnected(self, *_: object) -> None:
         # The room is gone: iteration ends; sends fail with TransportError from now on.
         self._queue.put_nowait(_END)
+
+
+def narrow_ffi_events(room: rtc.Room) -> bool:
+    """Deliver to ``room``'s event loop only the FFI events it can use; True if done.
+
+    In livekit (rtc 1.1.x) every FFI event of the process (every room's events, every
+    publish_data completion) is handed to every connected room's event queue, and each
+    room wakes up for it and forwards it internally before ignoring it. With one room
+    per process that is harmless; with many rooms in one process (the thread job
+    executor) the work grows with rooms x events, in cross-thread wake-ups. This
+    tightens the filter of this room's own subscription: room events of other rooms and
+    publish_data completions (always consumed by the publishing call's own queue) are
+    no longer delivered to it; every other event passes as before. Relies on SDK
+    internals, checked here; on any mismatch nothing is changed and False is returned.
+    """
+    try:
+        from livekit.rtc._ffi_client import FfiClient
+
+        queue = room._ffi_queue
+        owned = room._ffi_handle
+        if owned is None:
+            return False
+        handle = owned.handle
+        fanout: Any = FfiClient.instance.queue
+        subscribers: list[Any] = fanout._subscribers
+        lock = fanout._lock
+    except (AttributeError, ImportError):
+        return False
+    with lock:
+        for i, entry in enumerate(subscribers):
+            if isinstance(entry, tuple) and len(entry) == 3 and entry[0] is queue:
+                _, loop, previous = entry
+                subscribers[i] = (queue, loop, _room_filter(handle, previous))
+                return True
+    return False
+
+
+def _room_filter(handle: int, previous: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
+    def wanted(event: Any) -> bool:
+        kind = event.WhichOneof("message")
+        if kind == "room_event":
+            if event.room_event.room_handle != handle:
+                return False
+        elif kind == "publish_data":
+            return False
+        return previous is None or bool(previous(event))
+
+    return wanted

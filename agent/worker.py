@@ -9,7 +9,9 @@ conversation (conversation id = room name) until the room closes. Run it with
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 
 import openai
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
@@ -23,6 +25,12 @@ from .turns import Conversation
 __all__ = ["build_server", "entrypoint"]
 
 logger = logging.getLogger("alicia.worker")
+
+_CONNECT_LOCK = threading.Lock()
+"""One room connect at a time per process. With the thread job executor every room of the
+worker lives in this process, and livekit (rtc 1.1.21) FFI connects started at the same
+time from several threads can stall until the FFI gives up ("timed out waiting for
+ReadyForRoomEventRequest after ConnectCallback"). Serialised, each takes ~0.1 s."""
 
 
 def build_server(settings: Settings) -> AgentServer:
@@ -53,7 +61,11 @@ async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.stt else AutoSubscribe.SUBSCRIBE_NONE
-    await ctx.connect(auto_subscribe=subscribe)
+    await asyncio.to_thread(_CONNECT_LOCK.acquire)
+    try:
+        await ctx.connect(auto_subscribe=subscribe)
+    finally:
+        _CONNECT_LOCK.release()
     room = ctx.room
     logger.info("room joined", extra={"room": room.name})
     sink = await open_sink(settings.database_url)
