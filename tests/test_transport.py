@@ -124,3 +124,44 @@ async def test_memory_transport_records_sends_and_replays_deliveries() -> None:
     assert [i async for i in transport] == [Packet("alice", b"hello"), Left("alice")]
     with pytest.raises(RuntimeError):
         await transport.send(b"after close")
+
+
+async def test_narrowed_rooms_in_one_process_still_get_their_own_packets(
+    livekit_server: LiveKitServer,
+) -> None:
+    from livekit.rtc._ffi_client import FfiClient
+    from livekit.rtc._proto import ffi_pb2
+
+    one, two = new_id("conv"), new_id("conv")
+    async with (
+        joined(livekit_server, one, "agent") as agent_one,
+        joined(livekit_server, two, "agent") as agent_two,
+        joined(livekit_server, one, "alice") as alice,
+        joined(livekit_server, two, "bob") as bob,
+    ):
+        await wait_for_participant(agent_one, "alice")
+        await wait_for_participant(agent_two, "bob")
+        async with RoomTransport(agent_one) as t1, RoomTransport(agent_two) as t2:
+            # The filter of room one's subscription (SDK internals this relies on).
+            queue = agent_one._ffi_queue
+            wanted = next(f for q, _, f in FfiClient.instance.queue._subscribers if q is queue)
+            handle = agent_one._ffi_handle.handle if agent_one._ffi_handle else -1
+            own, other, done = ffi_pb2.FfiEvent(), ffi_pb2.FfiEvent(), ffi_pb2.FfiEvent()
+            own.room_event.room_handle = handle
+            other.room_event.room_handle = handle + 1
+            done.publish_data.async_id = 7
+            assert wanted(own) and not wanted(other) and not wanted(done)
+            # Traffic still flows both ways in both rooms.
+            await alice.local_participant.publish_data(
+                b"to-one", reliable=True, destination_identities=["agent"], topic=DATA_TOPIC
+            )
+            await bob.local_participant.publish_data(
+                b"to-two", reliable=True, destination_identities=["agent"], topic=DATA_TOPIC
+            )
+            assert await next_item(aiter(t1)) == Packet("alice", b"to-one")
+            assert await next_item(aiter(t2)) == Packet("bob", b"to-two")
+            bob_inbox = Inbox(bob, DATA_TOPIC)
+            for i in range(20):
+                await t2.send(bytes([i]), to=["bob"])
+            got = await bob_inbox.wait_for(20)
+            assert [p.data for p in got] == [bytes([i]) for i in range(20)]
