@@ -82,7 +82,7 @@ async def test_iteration_ends_when_the_room_closes_and_sends_then_fail(
             assert [item async for item in items] == []
         with pytest.raises(TransportError) as info:
             await transport.send(b"x", to=["nobody"])
-        assert info.value.__cause__ is not None
+        assert "publish_data failed" in str(info.value)
         await transport.aclose()
 
 
