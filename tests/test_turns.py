@@ -642,3 +642,63 @@ async def test_requester_leaving_mid_turn_still_closes_the_answer_for_the_others
         r.transport.leave("alice")
         b = await bob.wait_for(final_sentence)
     assert types(turn_of(b))[-2:] == [T.START_ANSWER, T.ASSISTANT_SENTENCE]
+
+
+class RecordingSpeaker:
+    """A Speaker that keeps what it was asked to say."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+        self.interrupted = 0
+
+    def say(self, text: str) -> None:
+        self.said.append(text)
+
+    def interrupt(self) -> None:
+        self.interrupted += 1
+
+
+async def test_a_final_transcript_is_sent_as_transcription_and_only_the_answer_is_spoken(
+    llm: RecordedLLM,
+) -> None:
+    spec = llm.spec("ollama_qwen3_think_inline")  # inline <think> in content
+    speaker = RecordingSpeaker()
+    settings = settings_for(llm)
+    transport, sink = MemoryTransport(), RecordingSink()
+    client = openai.AsyncOpenAI(base_url=settings.llm_base_url, api_key="test", max_retries=0)
+    conversation = Conversation(
+        conversation_id=CONV,
+        settings=settings,
+        transport=transport,
+        sink=sink,
+        llm=client,
+        speaker=speaker,
+    )
+    task = asyncio.create_task(conversation.run())
+    try:
+        alice = FakeClient(transport, "alice", CONV)
+        await handshake(alice)
+        llm.script("ollama_qwen3_think_inline")
+        await conversation.user_said("alice", spec.user)
+        box = await alice.wait_for(final_sentence)
+        alice.send(ControlStop(conversation_id=CONV, stop_type="speech"))
+        await alice.wait_for(lambda b: b[-1].type == T.ACKNOWLEDGEMENT)
+    finally:
+        await transport.aclose()
+        await asyncio.wait_for(task, 5)
+        await client.close()
+
+    transcription = box[1]
+    assert transcription.type == T.TRANSCRIPTION
+    assert transcription.body.final and transcription.body.text == spec.user
+    steps: list[ReasoningStep] = of(box, ReasoningStep)
+    assert [s.content for s in steps] == list(spec.steps)
+    assert {s.previous_id for s in steps} == {transcription.body.id}
+    assert of(box, StartAnswer)[0].previous_id == transcription.body.id
+    assert of(box, StartAnswer)[0].answer_type == "text+voice"
+    assert " ".join(speaker.said).split() == spec.answer.split()
+    assert not any(step in " ".join(speaker.said) for step in spec.steps)
+    assert "<think>" not in " ".join(speaker.said)
+    assert speaker.interrupted == 1
+    assert of(box, ToolUseRequest) == []  # tools not offered without a ToolBox
+    assert "tools" not in llm.requests[0]
