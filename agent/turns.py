@@ -214,8 +214,11 @@ class Conversation:
             async for item in self._transport:
                 if isinstance(item, Left):
                     self._forget(item.identity)
-                else:
+                    continue
+                try:
                     await self._on_packet(item)
+                except Exception:  # a bug must not end the room for everyone
+                    logger.exception("packet handling failed", extra={"sender": item.sender})
         finally:
             await self.aclose()
 
@@ -268,7 +271,6 @@ class Conversation:
         return p
 
     async def _on_packet(self, packet: Packet) -> None:
-        logger.debug("packet received", extra={"sender": packet.sender, "size": len(packet.data)})
         p = self._participant(packet.sender)
         if not p.packets.take():
             await self._error(p, Overloaded("too many packets: slow down"))
@@ -467,6 +469,8 @@ class Conversation:
             self._turns.append(turn)
             try:
                 await self._run_turn(turn)
+            except Exception:  # keep serving this participant's next turns
+                logger.exception("turn runner failed", extra={"participant": p.identity})
             finally:
                 self._turns.remove(turn)
 
