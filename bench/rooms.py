@@ -2,8 +2,9 @@
 
 Run: ``.venv/bin/python bench/rooms.py`` (a few minutes; ``--rooms 10,50,100`` picks
 the trials, which stop at the first failure unless ``--keep-going``). All real, on
-127.0.0.1: livekit-server (harness), the recorded-stream LLM in its own process (endless reasoning, ``--rate`` steps/s per stream), and per trial a
-fresh worker process ``python -m agent start`` with ``ALICIA_JOB_EXECUTOR=thread``:
+127.0.0.1: livekit-server (harness), the recorded-stream LLM in its own process
+(endless reasoning, ``--rate`` steps/s per stream), and per trial a fresh worker
+process ``python -m agent start`` with ``ALICIA_JOB_EXECUTOR=thread``:
 livekit-agents runs every job (room) of the worker as a thread of that one process, so
 all N rooms are served by one process (the default executor would fork a process per
 room). ``ALICIA_LOAD_THRESHOLD=inf`` keeps the worker taking rooms on a busy machine.
