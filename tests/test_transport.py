@@ -99,7 +99,7 @@ async def test_a_full_incoming_queue_drops_and_counts(livekit_server: LiveKitSer
                     bytes([i]), reliable=True, topic=DATA_TOPIC
                 )
             async with asyncio.timeout(10):
-                while transport.dropped < 3:  # noqa: ASYNC110
+                while transport.dropped < 3:
                     await asyncio.sleep(0.01)
             items = aiter(transport)
             assert [await next_item(items), await next_item(items)] == [

@@ -378,7 +378,7 @@ async def test_control_stop_mid_reasoning_closes_the_turn_and_the_llm_stream(
         await asyncio.sleep(0.3)
         after = alice.inbox()
         async with asyncio.timeout(2):
-            while llm.disconnects < 1:  # noqa: ASYNC110
+            while llm.disconnects < 1:
                 await asyncio.sleep(0.01)
 
     assert elapsed < 0.5

@@ -281,7 +281,7 @@ async def test_control_stop_mid_reasoning_ends_the_turn_within_500_ms(
             await asyncio.sleep(0.5)
             assert len(alice.received) == count, "the worker kept sending after the stop"
             async with asyncio.timeout(5):
-                while llm.disconnects < 1:  # noqa: ASYNC110
+                while llm.disconnects < 1:
                     await asyncio.sleep(0.02)
 
     assert acked_at - sent_at < 0.5
