@@ -10,8 +10,10 @@ conversation (conversation id = room name) until the room closes. Run it with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+from collections.abc import AsyncIterator
 
 import openai
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
@@ -31,6 +33,18 @@ _CONNECT_LOCK = threading.Lock()
 worker lives in this process, and livekit (rtc 1.1.21) FFI connects started at the same
 time from several threads can stall until the FFI gives up ("timed out waiting for
 ReadyForRoomEventRequest after ConnectCallback"). Serialised, each takes ~0.1 s."""
+
+
+@contextlib.asynccontextmanager
+async def _connect_slot() -> AsyncIterator[None]:
+    """Hold :data:`_CONNECT_LOCK` without blocking the loop; cancel-safe while waiting."""
+    # A threading lock shared by the loops of all job threads: no asyncio.Event can serve.
+    while not _CONNECT_LOCK.acquire(blocking=False):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    try:
+        yield
+    finally:
+        _CONNECT_LOCK.release()
 
 
 def build_server(settings: Settings) -> AgentServer:
@@ -61,11 +75,8 @@ async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.stt else AutoSubscribe.SUBSCRIBE_NONE
-    await asyncio.to_thread(_CONNECT_LOCK.acquire)
-    try:
+    async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
-    finally:
-        _CONNECT_LOCK.release()
     room = ctx.room
     logger.info("room joined", extra={"room": room.name})
     sink = await open_sink(settings.database_url)
