@@ -136,8 +136,12 @@ def _print_tables(reports: dict[str, list[dict[str, Any]]]) -> None:
     if not console.is_terminal:  # piped: do not fold values at 80 columns
         console = Console(width=240)
     for name, rows in reports.items():
-        table = Table(title=f"{REPORTS[name].title} — {name}", title_justify="left")
-        columns = list(rows[0]) if rows else ["(no rows)"]
+        title = f"{REPORTS[name].title} — {name}"
+        if not rows:
+            console.print(f"[italic]{title}[/italic]: no rows")
+            continue
+        table = Table(title=title, title_justify="left")
+        columns = list(rows[0])
         for col in columns:
             table.add_column(col, overflow="fold")
         for row in rows:
