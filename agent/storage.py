@@ -194,7 +194,7 @@ class WriterOptions:
     database must share it so a restarted worker replays what the last one left."""
     batch_size: int = 5000
     """Records per transaction at most."""
-    linger_s: float = 0.2
+    linger_s: float = 1.0
     """How long a batch waits to fill once its first record is queued."""
     max_memory_records: int = 100_000
     """Queued records kept in memory before the oldest move to the spill file."""
