@@ -104,6 +104,9 @@ class Settings:
     """``ALICIA_AGENT_NAME`` (default empty = automatic dispatch to every new room)."""
     http_port: int = 0
     """``ALICIA_HTTP_PORT`` (default 0 = any free port): the worker's health-check HTTP port."""
+    replay_keep: int = 200
+    """``ALICIA_REPLAY_KEEP`` (default 200): server envelopes each conversation keeps in memory
+    to re-send to a resuming client (PROTOCOL.md §4.9); a larger gap gets ErrorMessage 202."""
     timing_meta: bool = False
     """``ALICIA_TIMING_META`` (default false): add ``meta.closedAtNs`` (``time.time_ns()``
     when the segmenter closed the step) to each ReasoningStep, for ``bench/latency.py``."""
@@ -148,6 +151,7 @@ class Settings:
             load_threshold=r.optional_number("ALICIA_LOAD_THRESHOLD"),
             agent_name=r.text("ALICIA_AGENT_NAME", ""),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
+            replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
             timing_meta=r.flag("ALICIA_TIMING_META", False),
         )
         return settings

@@ -25,6 +25,13 @@ Reasoning never reaches answer text or speech and never goes back to the LLM: th
 context keeps user messages and answers only. Every sent envelope and every valid
 received one is handed to the :class:`~agent.sink.StepSink`.
 
+The last ``Settings.replay_keep`` sent envelopes are kept as sent (bytes, stanzaId,
+recipients). A client that resumes (Configuration naming this conversation with
+``lastSequenceSeen`` L > 0, PROTOCOL.md §4.9) gets an Acknowledgement of L, the
+Configuration, then every kept envelope addressed to it with |stanzaId| > L, unchanged;
+a gap the buffer no longer covers (or over 1000), or an L this worker never sent (it
+restarted), is answered with ErrorMessage 202.
+
 This module knows nothing of LiveKit: ``livekit.rtc`` stays in ``agent/transport.py``
 and ``agent/voice.py``.
 """
@@ -36,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, Final, Protocol, cast
 
@@ -106,6 +114,7 @@ META_CLOSED_AT: Final = "alicia.closedMonoNs"
 segmenter closed the step (CLOCK_MONOTONIC: comparable between processes on one host)."""
 
 _HISTORY_LIMIT: Final = 200
+_MAX_REPLAY_GAP: Final = 1000
 _SEED_TIMEOUT_S: Final = 1.0
 
 
@@ -125,6 +134,25 @@ class InternalError(ProtocolError):
     """Something unexpected failed inside the worker during a turn (501)."""
 
     code = ErrorCode.INTERNAL_ERROR
+
+
+class ReplayGap(InvalidState):
+    """A resuming client missed more than the kept envelopes (or over 1000): 202, fatal."""
+
+    recoverable = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Kept:
+    """One sent envelope as it went out, for replay on resume (§4.9)."""
+
+    seq: int
+    """|stanzaId|."""
+    data: bytes
+    to: tuple[str, ...] | None
+    """Recipients; ``None`` = every client in the room."""
+    reasoning: bool
+    """A ReasoningStep (not replayed to clients that hide reasoning)."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -196,6 +224,9 @@ class Conversation:
         self._stanza = StanzaCounter("server")
         self._steps = StepTracker(max_chains=256)
         self._send_lock = asyncio.Lock()
+        self._kept: deque[_Kept] = deque(maxlen=settings.replay_keep)
+        self._evicted = 0
+        """|stanzaId| of the newest envelope pushed out of ``_kept`` (0: none yet)."""
         self._participants: dict[str, Participant] = {}
         self._turns: list[_Turn] = []
         self._history: list[_Exchange] = []
@@ -251,7 +282,7 @@ class Conversation:
             final=True,
             previous_id=self._history[-1].answer_id if self._history else None,
         )
-        await self._send(body, self._clients())
+        await self._send(body, self._clients(), everyone=True)
         await self._enqueue(p, TurnRequest(transcript_id, text, identity, voice=True), None)
 
     # -- incoming packets -----------------------------------------------------------
@@ -337,9 +368,37 @@ class Conversation:
                 "join its room to resume it"
             )
         p.apply_features(body.features)
-        p.configured = True
         reply = Configuration(conversation_id=self.id, features=self._features)
-        await self._send(reply, [p.identity])
+        seen = abs(body.last_sequence_seen or 0)
+        if body.conversation_id != self.id or seen == 0:
+            p.configured = True
+            await self._send(reply, [p.identity])
+            return
+        async with self._send_lock:  # nothing else goes out between the replies and the replay
+            last = abs(self._stanza.last)
+            if seen > last:
+                raise ReplayGap(f"server message {seen} was never sent here (last is {last})")
+            if self._evicted > seen or last - seen > _MAX_REPLAY_GAP:
+                raise ReplayGap(
+                    f"cannot replay server messages after {seen}: {last - seen} missed, "
+                    f"only those after {self._evicted} are kept"
+                )
+            replay = [
+                k
+                for k in self._kept
+                if k.seq > seen
+                and (k.to is None or p.identity in k.to)
+                and (p.show_reasoning or not k.reasoning)
+            ]
+            p.configured = True
+            ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
+            await self._emit(ack, [p.identity], None)
+            await self._emit(reply, [p.identity], None)
+            for kept in replay:
+                await self._transmit(kept.data, [p.identity], "replay")
+        logger.info(
+            "resumed", extra={"participant": p.identity, "seen": seen, "replayed": len(replay)}
+        )
 
     async def _on_user_message(self, p: Participant, body: UserMessage) -> None:
         replaces = p.pending_edit
@@ -432,23 +491,52 @@ class Conversation:
         return [p.identity for p in self._participants.values() if p.active]
 
     async def _send(
-        self, body: Body, to: Sequence[str], *, meta: dict[str, Any] | None = None
+        self,
+        body: Body,
+        to: Sequence[str],
+        *,
+        meta: dict[str, Any] | None = None,
+        everyone: bool = False,
     ) -> None:
-        """Number, store and send one envelope (to nobody if ``to`` is empty)."""
+        """Number, store, keep and send one envelope (to nobody if ``to`` is empty).
+
+        ``everyone``: ``to`` is every client in the room; a resuming client gets it too.
+        """
         async with self._send_lock:
-            env = envelope(body, stanza_id=self._stanza.next(), conversation_id=self.id, meta=meta)
-            self._sink.submit(env)
-            if not to:
-                return
-            try:
-                data = encode(env)
-            except EncodeError:
-                logger.exception("envelope not encodable", extra={"type": env.type})
-                return
-            try:
-                await self._transport.send(data, to=to)
-            except TransportError as exc:
-                logger.warning("send failed", extra={"type": env.type, "error": str(exc)})
+            await self._emit(body, to, meta, everyone=everyone)
+
+    async def _emit(
+        self,
+        body: Body,
+        to: Sequence[str],
+        meta: dict[str, Any] | None,
+        *,
+        everyone: bool = False,
+    ) -> None:
+        """:meth:`_send` with the send lock already held."""
+        env = envelope(body, stanza_id=self._stanza.next(), conversation_id=self.id, meta=meta)
+        self._sink.submit(env)
+        if not to and not everyone:
+            return
+        try:
+            data = encode(env)
+        except EncodeError:
+            logger.exception("envelope not encodable", extra={"type": env.type})
+            return
+        kept = _Kept(
+            -env.stanza_id, data, None if everyone else tuple(to), isinstance(body, ReasoningStep)
+        )
+        if len(self._kept) == self._kept.maxlen:
+            self._evicted = self._kept[0].seq
+        self._kept.append(kept)
+        if to:
+            await self._transmit(data, to, env.type)
+
+    async def _transmit(self, data: bytes, to: Sequence[str], what: object) -> None:
+        try:
+            await self._transport.send(data, to=to)
+        except TransportError as exc:
+            logger.warning("send failed", extra={"type": what, "error": str(exc)})
 
     # -- turns ----------------------------------------------------------------------
 
@@ -740,7 +828,7 @@ class Conversation:
             previous_id=turn.request.user_id,
             timeout_ms=self._tools.timeout_ms(call.name),
         )
-        await self._send(request, self._clients())
+        await self._send(request, self._clients(), everyone=True)
         if bad is not None:
             outcome = Outcome(False, error_code=bad.code, error_message=str(bad))
         else:
@@ -754,7 +842,7 @@ class Conversation:
             id=new_id(id_prefix.TOOL_USE_RESULT),
             conversation_id=self.id,
         )
-        await self._send(result, self._clients())
+        await self._send(result, self._clients(), everyone=True)
         return outcome
 
 
