@@ -151,6 +151,16 @@ class Participant:
     edit_timer: asyncio.Task[None] | None = None
     runner: asyncio.Task[None] | None = None
 
+    def drop_queued(self, user_id: str) -> bool:
+        """Remove the waiting (not yet started) turn for ``user_id``; True if there was one."""
+        waiting: list[TurnRequest] = []
+        while not self.queue.empty():
+            waiting.append(self.queue.get_nowait())
+        kept = [r for r in waiting if r.user_id != user_id]
+        for request in kept:
+            self.queue.put_nowait(request)
+        return len(kept) < len(waiting)
+
     def apply_features(self, features: Iterable[str] | None) -> None:
         """Take a Configuration's ``features``; ``None`` (absent) keeps the current values."""
         if features is None:

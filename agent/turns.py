@@ -419,6 +419,12 @@ class Conversation:
             turn.stop(ack=(p.identity, stanza_id))  # acknowledged once the answer is closed
             return
         notes = None if kind == "speech" else "nothing to stop"
+        if kind != "speech" and body.target_id is not None:
+            # A turn still waiting in a queue never started: drop it, nothing to close.
+            for other in self._participants.values():
+                if other.drop_queued(body.target_id):
+                    notes = "queued turn dropped before it started"
+                    break
         ack = Acknowledgement(
             conversation_id=self.id, acknowledged_stanza_id=stanza_id, notes=notes
         )

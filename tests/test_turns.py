@@ -27,6 +27,7 @@ from agent.tools import default_tools
 from agent.turns import META_MODEL, Conversation
 from protocol import (
     MAX_PACKET_BYTES,
+    Acknowledgement,
     AssistantMessage,
     AssistantSentence,
     Commentary,
@@ -419,6 +420,31 @@ async def test_stop_with_nothing_running_is_acknowledged(llm: RecordedLLM) -> No
         sid = alice.send(ControlStop(conversation_id=CONV))
         box = await alice.wait_for(lambda box: box[-1].type == T.ACKNOWLEDGEMENT)
     assert box[-1].body.acknowledged_stanza_id == sid
+
+
+async def test_stop_naming_a_queued_turn_drops_it_before_it_starts(llm: RecordedLLM) -> None:
+    async with room(llm, queue_size=2) as r:
+        alice = r.client("alice")
+        await handshake(alice)
+        llm.script(Play(ENDLESS, chunk_delay=0.01))
+        first = user_message("one")
+        alice.send(first)
+        await alice.wait_for(count(ReasoningStep, 1))
+        queued = user_message("two")
+        alice.send(queued)  # waits behind the running turn
+        sid = alice.send(ControlStop(conversation_id=CONV, target_id=queued.id))
+        box = await alice.wait_for(lambda box: box[-1].type == T.ACKNOWLEDGEMENT)
+        ack = box[-1].body
+        alice.send(ControlStop(conversation_id=CONV))  # now end the running turn
+        box = await alice.wait_for(count(Acknowledgement, 2))
+        await asyncio.sleep(0.3)
+        box = alice.inbox()
+    assert ack.acknowledged_stanza_id == sid
+    assert ack.notes == "queued turn dropped before it started"
+    answered = {s.previous_id for s in of(box, StartAnswer)}
+    assert answered == {first.id}  # the dropped turn never opened an answer
+    asked = [m["content"] for req in llm.requests for m in req["messages"] if m["role"] == "user"]
+    assert "two" not in asked
 
 
 async def test_regenerate_answers_again_with_a_new_id_and_continues_step_indexes(
