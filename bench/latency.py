@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.demo_llm import ENDLESS, Play, RecordedLLM
 from agent.turns import META_CLOSED_AT
+from bench._stats import percentile
 from harness import LiveKitServer
 from protocol import (
     DATA_TOPIC,
@@ -63,13 +64,6 @@ STEP_TEXT = (
     "First, the facts. I should separate what is given from what I am assuming, because "
     "mixing them up is the usual source of mistakes."
 )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (q in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 async def wait_for_identity(room: rtc.Room, identity: str, within: float = 30.0) -> None:

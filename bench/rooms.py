@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.demo_llm import ENDLESS, Play, RecordedLLM
 from agent.transport import narrow_ffi_events
 from agent.turns import META_CLOSED_AT
+from bench._stats import percentile
 from harness import LiveKitServer
 from protocol import (
     DATA_TOPIC,
@@ -72,15 +73,6 @@ from tests.worker_proc import running_worker
 
 TOKENS_PER_STEP = 25  # the endless stream's paragraphs average 25 tokens with the "\n\n"
 ROOMS_PER_CLIENT_PROCESS = 25
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile of ``values`` (q in 0..100)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 # -- LLM server process ----------------------------------------------------------------
