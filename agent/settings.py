@@ -100,6 +100,11 @@ class Settings:
     """``ALICIA_LOAD_THRESHOLD`` (default unset = livekit-agents' own: 0.7 with ``start``,
     unlimited with ``dev``): CPU load above which the worker takes no new rooms
     (``inf`` = never full)."""
+    native_logs: Literal["stderr", "capture"] = "stderr"
+    """``ALICIA_NATIVE_LOGS`` (default ``stderr``): where the livekit native library's own log
+    records go. ``stderr``: filtered natively by ``RUST_LOG`` (default ``warn``) and written
+    to stderr. ``capture``: the SDK's default, every record (libwebrtc writes a debug hex dump
+    of each SCTP packet) crosses into Python to be filtered there; costs CPU per packet."""
     agent_name: str = ""
     """``ALICIA_AGENT_NAME`` (default empty = automatic dispatch to every new room)."""
     http_port: int = 0
@@ -123,6 +128,11 @@ class Settings:
         executor = r.text("ALICIA_JOB_EXECUTOR", "process")
         if executor not in ("process", "thread"):
             raise SettingsError(f"ALICIA_JOB_EXECUTOR must be process or thread, not {executor!r}")
+        native_logs = r.text("ALICIA_NATIVE_LOGS", "stderr")
+        if native_logs not in ("stderr", "capture"):
+            raise SettingsError(
+                f"ALICIA_NATIVE_LOGS must be stderr or capture, not {native_logs!r}"
+            )
         settings = cls(
             livekit_url=r.required("LIVEKIT_URL"),
             livekit_api_key=r.required("LIVEKIT_API_KEY"),
@@ -149,6 +159,7 @@ class Settings:
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
             load_threshold=r.optional_number("ALICIA_LOAD_THRESHOLD"),
+            native_logs="capture" if native_logs == "capture" else "stderr",
             agent_name=r.text("ALICIA_AGENT_NAME", ""),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),

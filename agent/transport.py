@@ -17,20 +17,18 @@ Using a closed transport, or opening one twice, raises ``RuntimeError``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import enum
 import logging
-import threading
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from livekit import rtc
 
 from protocol import DATA_TOPIC
+
+from .ffi_routing import publish, route_room
 
 __all__ = ["Incoming", "Left", "Packet", "RoomTransport", "Transport", "TransportError"]
 
@@ -124,8 +122,8 @@ class RoomTransport:
         self._room.on("participant_disconnected", self._on_left)
         self._room.on("disconnected", self._on_disconnected)
         self._state = _State.OPEN
-        if not narrow_ffi_events(self._room):
-            logger.info("room FFI events not narrowed (unexpected livekit SDK internals)")
+        if not route_room(self._room):
+            logger.info("room FFI events not routed (unexpected livekit SDK internals)")
         return self
 
     async def aclose(self) -> None:
@@ -153,18 +151,10 @@ class RoomTransport:
         if self._state is not _State.OPEN:
             raise RuntimeError(f"RoomTransport is {self._state.value}")
         destinations = list(to) if to is not None else []
-        completions = _PublishCompletions.get()
         try:
-            if completions is None:
-                await self._room.local_participant.publish_data(
-                    data, reliable=True, destination_identities=destinations, topic=self._topic
-                )
-                return
-            error = await completions.publish(self._room, data, destinations, self._topic)
+            await publish(self._room, data, destinations, self._topic)
         except Exception as exc:  # the FFI raises PublishDataError or plain errors
             raise TransportError(f"publish_data failed: {exc}") from exc
-        if error:
-            raise TransportError(f"publish_data failed: {error}")
 
     def __aiter__(self) -> AsyncIterator[Incoming]:
         if self._state is _State.NEW:
@@ -205,149 +195,3 @@ class RoomTransport:
     def _on_disconnected(self, *_: object) -> None:
         # The room is gone: iteration ends; sends fail with TransportError from now on.
         self._queue.put_nowait(_END)
-
-
-def narrow_ffi_events(room: rtc.Room) -> bool:
-    """Deliver to ``room``'s event loop only the FFI events it can use; True if done.
-
-    In livekit (rtc 1.1.x) every FFI event of the process (every room's events, every
-    publish_data completion) is handed to every connected room's event queue, and each
-    room wakes up for it and forwards it internally before ignoring it. With one room
-    per process that is harmless; with many rooms in one process (the thread job
-    executor) the work grows with rooms x events, in cross-thread wake-ups. This
-    tightens the filter of this room's own subscription: room events of other rooms and
-    publish_data completions (always consumed by the publishing call's own queue) are
-    no longer delivered to it; every other event passes as before. Relies on SDK
-    internals, checked here; on any mismatch nothing is changed and False is returned.
-    """
-    try:
-        from livekit.rtc._ffi_client import FfiClient
-
-        queue = room._ffi_queue
-        owned = room._ffi_handle
-        if owned is None:
-            return False
-        handle = owned.handle
-        fanout: Any = FfiClient.instance.queue
-        subscribers: list[Any] = fanout._subscribers
-        lock = fanout._lock
-    except (AttributeError, ImportError):
-        return False
-    with lock:
-        for i, entry in enumerate(subscribers):
-            if isinstance(entry, tuple) and len(entry) == 3 and entry[0] is queue:
-                _, loop, previous = entry
-                subscribers[i] = (queue, loop, _room_filter(handle, previous))
-                return True
-    return False
-
-
-def _room_filter(handle: int, previous: Callable[[Any], bool] | None) -> Callable[[Any], bool]:
-    def wanted(event: Any) -> bool:
-        kind = event.WhichOneof("message")
-        if kind == "room_event":
-            if event.room_event.room_handle != handle:
-                return False
-        elif kind == "publish_data":
-            return False
-        return previous is None or bool(previous(event))
-
-    return wanted
-
-
-class _PublishCompletions:
-    """``publish_data`` for many rooms in one process, without per-call subscriptions.
-
-    ``LocalParticipant.publish_data`` (rtc 1.1.x) subscribes a fresh queue to the
-    process-wide FFI event fan-out for every packet and waits there for its completion;
-    while it waits, every FFI event of every room in the process is copied into that
-    queue across threads. This does the same request, but routes completions through
-    one filter installed once per process: it runs on the FFI callback thread, hands
-    each ``publish_data`` completion to the waiting call's loop and delivers nothing
-    else. Same request fields, same ordering (FFI request order), same error reporting.
-    Relies on SDK internals, checked once; ``get()`` returns None (use the public
-    method) if they do not match.
-    """
-
-    _instance: _PublishCompletions | None = None
-    _unavailable = False
-    _create_lock = threading.Lock()
-    _EARLY_LIMIT: Final = 4096
-
-    def __init__(self, client: Any, request_type: Any) -> None:
-        self._client = client
-        self._request_type = request_type
-        self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future[str]]] = {}
-        self._early: OrderedDict[int, str] = OrderedDict()
-
-    @classmethod
-    def get(cls) -> _PublishCompletions | None:
-        """The process-wide instance (created on first use), or None without SDK support."""
-        if cls._instance is not None or cls._unavailable:
-            return cls._instance
-        with cls._create_lock:
-            if cls._instance is None and not cls._unavailable:
-                try:
-                    from livekit.rtc._ffi_client import FfiClient
-                    from livekit.rtc._proto import ffi_pb2
-
-                    client: Any = FfiClient.instance
-                    instance = cls(client, ffi_pb2.FfiRequest)
-                    client.queue.subscribe(asyncio.get_running_loop(), filter_fn=instance._route)
-                    cls._instance = instance
-                except (AttributeError, ImportError, TypeError):
-                    cls._unavailable = True
-                    logger.info("publish completions use the SDK's own path")
-        return cls._instance
-
-    async def publish(
-        self, room: rtc.Room, data: bytes, destinations: list[str], topic: str
-    ) -> str:
-        """Publish one reliable packet; return the FFI's error text ("" = sent)."""
-        participant: Any = room.local_participant
-        req = self._request_type()
-        req.publish_data.local_participant_handle = participant._ffi_handle.handle
-        buffer = (ctypes.c_byte * len(data)).from_buffer_copy(data)
-        req.publish_data.data_ptr = ctypes.addressof(buffer)
-        req.publish_data.data_len = len(data)
-        req.publish_data.reliable = True
-        req.publish_data.topic = topic
-        req.publish_data.destination_identities.extend(destinations)
-        resp = self._client.request(req)
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[str] = loop.create_future()
-        async_id = resp.publish_data.async_id
-        with self._lock:
-            if async_id in self._early:
-                done.set_result(self._early.pop(async_id))
-            else:
-                self._waiting[async_id] = (loop, done)
-        try:
-            return await done
-        finally:
-            with self._lock:
-                self._waiting.pop(async_id, None)
-            del buffer  # the FFI reads the packet until its completion
-
-    def _route(self, event: Any) -> bool:
-        """FFI callback thread: settle the waiting publish; never enqueue anything."""
-        if event.WhichOneof("message") != "publish_data":
-            return False
-        async_id, error = event.publish_data.async_id, event.publish_data.error
-        with self._lock:
-            waiter = self._waiting.pop(async_id, None)
-            if waiter is None:  # completed before the caller registered
-                self._early[async_id] = error
-                while len(self._early) > self._EARLY_LIMIT:
-                    self._early.popitem(last=False)
-                return False
-        loop, done = waiter
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
-            loop.call_soon_threadsafe(_settle, done, error)
-        return False
-
-
-def _settle(done: asyncio.Future[str], error: str) -> None:
-    if not done.done():
-        done.set_result(error)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 
 import openai
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
 
+from .ffi_routing import stop_capturing_native_logs
 from .settings import Settings, load
 from .sink import NullSink, StepSink
 from .tools import default_tools
@@ -49,6 +51,9 @@ async def _connect_slot() -> AsyncIterator[None]:
 
 def build_server(settings: Settings) -> AgentServer:
     """The AgentServer for ``settings``, with :func:`entrypoint` as its rtc session."""
+    if settings.native_logs == "stderr":
+        # Read by the native library when it starts (in this process or a job's).
+        os.environ.setdefault("RUST_LOG", "warn")
     server = AgentServer(
         ws_url=settings.livekit_url,
         api_key=settings.livekit_api_key,
@@ -77,6 +82,8 @@ async def entrypoint(ctx: JobContext) -> None:
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.stt else AutoSubscribe.SUBSCRIBE_NONE
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
+    if settings.native_logs == "stderr":
+        stop_capturing_native_logs()
     room = ctx.room
     logger.info("room joined", extra={"room": room.name})
     sink = await open_sink(settings.database_url)

@@ -39,7 +39,9 @@ import itertools
 import json
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -52,7 +54,7 @@ from livekit import rtc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.demo_llm import ENDLESS, Play, RecordedLLM
-from agent.transport import narrow_ffi_events
+from agent.ffi_routing import route_room, stop_capturing_native_logs
 from agent.turns import META_CLOSED_AT
 from bench._stats import percentile
 from harness import LiveKitServer
@@ -127,7 +129,8 @@ class RoomClient:
     async def start(self, url: str, token: str) -> None:
         self.room.on("data_received", self.on_data)
         await self.room.connect(url, token)
-        narrow_ffi_events(self.room)  # many rooms in this process: see agent/transport.py
+        route_room(self.room)  # many rooms in this process: see agent/ffi_routing.py
+        stop_capturing_native_logs()  # as the worker does by default
         async with asyncio.timeout(60):
             while not self.agent:
                 for p in self.room.remote_participants.values():
@@ -143,6 +146,7 @@ class RoomClient:
 
 async def client_process(url: str, tokens: list[tuple[str, str]], seconds: float) -> None:
     """Run some rooms' clients; protocol on stdin/stdout (one JSON line each way)."""
+    os.environ.setdefault("RUST_LOG", "warn")
     clients = [RoomClient(name) for name, _ in tokens]
     try:
         await asyncio.gather(
@@ -190,6 +194,13 @@ class Trial:
         )
 
 
+def keep_log(path: Path, rooms: int) -> None:
+    """Copy a trial's worker log next to the system temp dir (the worker's own is deleted)."""
+    kept = Path(tempfile.gettempdir()) / f"alicia-bench-rooms-{rooms}-worker.log"
+    shutil.copyfile(path, kept)
+    print(f"worker log: {kept}", file=sys.stderr, flush=True)
+
+
 @contextlib.asynccontextmanager
 async def spawn(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await asyncio.create_subprocess_exec(
@@ -224,9 +235,10 @@ async def trial(server: LiveKitServer, rooms: int, rate: float, seconds: float) 
         assert llm_proc.stdout is not None
         base_url = (await llm_proc.stdout.readline()).decode().strip()
         async with (
-            running_worker(server, base_url, env=env),
+            running_worker(server, base_url, env=env) as worker,
             contextlib.AsyncExitStack() as stack,
         ):
+            stack.callback(keep_log, worker.log_path, rooms)
             procs = []
             for i in range(0, rooms, ROOMS_PER_CLIENT_PROCESS):
                 chunk = names[i : i + ROOMS_PER_CLIENT_PROCESS]

@@ -126,11 +126,12 @@ async def test_memory_transport_records_sends_and_replays_deliveries() -> None:
         await transport.send(b"after close")
 
 
-async def test_narrowed_rooms_in_one_process_still_get_their_own_packets(
+async def test_routed_rooms_in_one_process_still_get_their_own_packets(
     livekit_server: LiveKitServer,
 ) -> None:
     from livekit.rtc._ffi_client import FfiClient
-    from livekit.rtc._proto import ffi_pb2
+
+    from agent.ffi_routing import FfiRouter
 
     one, two = new_id("conv"), new_id("conv")
     async with (
@@ -142,15 +143,12 @@ async def test_narrowed_rooms_in_one_process_still_get_their_own_packets(
         await wait_for_participant(agent_one, "alice")
         await wait_for_participant(agent_two, "bob")
         async with RoomTransport(agent_one) as t1, RoomTransport(agent_two) as t2:
-            # The filter of room one's subscription (SDK internals this relies on).
-            queue = agent_one._ffi_queue
-            wanted = next(f for q, _, f in FfiClient.instance.queue._subscribers if q is queue)
-            handle = agent_one._ffi_handle.handle if agent_one._ffi_handle else -1
-            own, other, done = ffi_pb2.FfiEvent(), ffi_pb2.FfiEvent(), ffi_pb2.FfiEvent()
-            own.room_event.room_handle = handle
-            other.room_event.room_handle = handle + 1
-            done.publish_data.async_id = 7
-            assert wanted(own) and not wanted(other) and not wanted(done)
+            # Both rooms left the SDK's fan-out for the router (SDK internals it relies on).
+            router = FfiRouter.get()
+            assert router is not None
+            assert router.routed(agent_one) and router.routed(agent_two)
+            fanout = FfiClient.instance.queue._subscribers
+            assert not any(q is agent_one._ffi_queue for q, _, _ in fanout)
             # Traffic still flows both ways in both rooms.
             await alice.local_participant.publish_data(
                 b"to-one", reliable=True, destination_identities=["agent"], topic=DATA_TOPIC
@@ -165,3 +163,5 @@ async def test_narrowed_rooms_in_one_process_still_get_their_own_packets(
                 await t2.send(bytes([i]), to=["bob"])
             got = await bob_inbox.wait_for(20)
             assert [p.data for p in got] == [bytes([i]) for i in range(20)]
+    # Disconnected rooms leave the router (its unsubscribe path).
+    assert not router.routed(agent_one) and not router.routed(agent_two)
