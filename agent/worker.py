@@ -17,9 +17,11 @@ import threading
 from collections.abc import AsyncIterator
 
 import openai
+from livekit import api, rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
 
 from .ffi_routing import stop_capturing_native_logs
+from .room_loop import shared_room_loop
 from .settings import Settings, load
 from .sink import NullSink, StepSink
 from .tools import default_tools
@@ -49,11 +51,22 @@ async def _connect_slot() -> AsyncIterator[None]:
         _CONNECT_LOCK.release()
 
 
+def _not_connected_notice(record: logging.LogRecord) -> bool:
+    """Drop livekit-agents' "room connection was not established" warning.
+
+    On the shared room loop the job's room is joined by the worker's own ``rtc.Room``
+    (see :func:`_serve_own_room`), not by ``ctx.connect()``, which that warning watches.
+    """
+    return not record.getMessage().startswith("The room connection was not established")
+
+
 def build_server(settings: Settings) -> AgentServer:
     """The AgentServer for ``settings``, with :func:`entrypoint` as its rtc session."""
     if settings.native_logs == "stderr":
         # Read by the native library when it starts (in this process or a job's).
         os.environ.setdefault("RUST_LOG", "warn")
+    if _on_shared_loop(settings):
+        logging.getLogger("livekit.agents").addFilter(_not_connected_notice)
     server = AgentServer(
         ws_url=settings.livekit_url,
         api_key=settings.livekit_api_key,
@@ -79,12 +92,63 @@ async def open_sink(url: str | None) -> StepSink:
 async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
+    if _on_shared_loop(settings):
+        try:
+            await shared_room_loop().run(_serve_own_room(ctx, settings))
+        finally:
+            ctx.shutdown("room closed")  # ends the job: ctx.room itself was never connected
+        return
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.stt else AutoSubscribe.SUBSCRIBE_NONE
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
+    await _serve(ctx.room, settings, voice_ctx=ctx if settings.voice else None)
+
+
+def _on_shared_loop(settings: Settings) -> bool:
+    """Whether rooms run on the process's shared room loop (agent/room_loop.py).
+
+    With the thread executor every room of the worker is in this process; text rooms then
+    share one event loop. Voice rooms stay on their job's loop: livekit-agents' audio I/O
+    is bound to the job context's own room.
+    """
+    return settings.job_executor == "thread" and not settings.voice
+
+
+async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
+    """On the shared room loop: join the job's room as the job's participant and serve it."""
+    room = rtc.Room()
+    async with _connect_slot():
+        await room.connect(
+            settings.livekit_url,
+            _job_token(ctx, settings),
+            rtc.RoomOptions(auto_subscribe=False),
+        )
+    try:
+        await _serve(room, settings, voice_ctx=None)
+    finally:
+        await room.disconnect()
+
+
+def _job_token(ctx: JobContext, settings: Settings) -> str:
+    """A token with the same claims as the job's own (identity, kind, grants, attributes)."""
+    claims = ctx.token_claims()
+    token = (
+        api.AccessToken(settings.livekit_api_key, settings.livekit_api_secret)
+        .with_identity(claims.identity)
+        .with_name(claims.name or claims.identity)
+        .with_kind("agent")
+        .with_attributes(claims.attributes or {})
+        .with_metadata(claims.metadata or "")
+    )
+    if claims.video is not None:
+        token = token.with_grants(claims.video)
+    return token.to_jwt()
+
+
+async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | None) -> None:
+    """Serve a connected ``room`` until it closes (storage, LLM client, transport, turns)."""
     if settings.native_logs == "stderr":
         stop_capturing_native_logs()
-    room = ctx.room
     logger.info("room joined", extra={"room": room.name})
     sink = await open_sink(settings.database_url)
     llm = openai.AsyncOpenAI(
@@ -95,8 +159,8 @@ async def entrypoint(ctx: JobContext) -> None:
     )
     try:
         async with RoomTransport(room) as transport:
-            if settings.voice:
-                await _serve_with_voice(ctx, settings, transport, sink, llm)
+            if voice_ctx is not None:
+                await _serve_with_voice(voice_ctx, settings, transport, sink, llm)
             else:
                 conversation = Conversation(
                     conversation_id=room.name,
