@@ -105,6 +105,14 @@ class Settings:
     records go. ``stderr``: filtered natively by ``RUST_LOG`` (default ``warn``) and written
     to stderr. ``capture``: the SDK's default, every record (libwebrtc writes a debug hex dump
     of each SCTP packet) crosses into Python to be filtered there; costs CPU per packet."""
+    max_rooms: int | None = None
+    """``ALICIA_MAX_ROOMS`` (default unset = load is the machine's CPU use, livekit-agents'
+    own measure): the worker's capacity in rooms. Set, the worker reports its load to
+    livekit-server as rooms served / ``max_rooms`` and is full at ``max_rooms`` (unless
+    ``ALICIA_LOAD_THRESHOLD`` says otherwise). livekit-server offers a worker new rooms only
+    while that load is below its ``agents.target_load`` (0.7 by default), so it sends up to
+    0.7 x ``max_rooms`` unless the server's target load is raised. Useful when the worker
+    shares a machine whose CPU use says little about the worker's own."""
     agent_name: str = ""
     """``ALICIA_AGENT_NAME`` (default empty = automatic dispatch to every new room)."""
     http_port: int = 0
@@ -160,6 +168,7 @@ class Settings:
             job_executor="thread" if executor == "thread" else "process",
             load_threshold=r.optional_number("ALICIA_LOAD_THRESHOLD"),
             native_logs="capture" if native_logs == "capture" else "stderr",
+            max_rooms=r.optional_integer("ALICIA_MAX_ROOMS", low=1),
             agent_name=r.text("ALICIA_AGENT_NAME", ""),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
@@ -229,6 +238,11 @@ class _Reader:
         if number < low:
             raise SettingsError(f"{name} must be at least {low}, not {number}")
         return number
+
+    def optional_integer(self, name: str, *, low: int) -> int | None:
+        if self.optional(name) is None:
+            return None
+        return self.integer(name, low, low=low)
 
 
 @functools.cache

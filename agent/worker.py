@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -60,6 +61,11 @@ def _not_connected_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("The room connection was not established")
 
 
+def _room_load(server: AgentServer, *, max_rooms: int) -> float:
+    """The worker's load as rooms served / ``max_rooms`` (``ALICIA_MAX_ROOMS``)."""
+    return len(server.active_jobs) / max_rooms
+
+
 def build_server(settings: Settings) -> AgentServer:
     """The AgentServer for ``settings``, with :func:`entrypoint` as its rtc session."""
     if settings.native_logs == "stderr":
@@ -74,8 +80,13 @@ def build_server(settings: Settings) -> AgentServer:
         job_executor_type=JobExecutorType(settings.job_executor),
         port=settings.http_port,
     )
-    if settings.load_threshold is not None:
-        server.update_options(load_threshold=settings.load_threshold)
+    if settings.max_rooms is not None:
+        server.load_fnc = functools.partial(_room_load, max_rooms=settings.max_rooms)
+    threshold = settings.load_threshold
+    if threshold is None and settings.max_rooms is not None:
+        threshold = 1.0  # full at max_rooms
+    if threshold is not None:
+        server.update_options(load_threshold=threshold)
     server.rtc_session(entrypoint, agent_name=settings.agent_name)
     return server
 
