@@ -25,6 +25,7 @@ def test_defaults_with_only_the_required_variables() -> None:
     assert s.database_url is None and s.stt is None and s.tts is None and not s.voice
     assert s.step_max_delay_s == 1.0 and s.job_executor == "process"
     assert s.load_threshold is None and s.llm_api_key == "none"
+    assert s.max_rooms is None and s.native_logs == "stderr"
 
 
 def test_every_variable_is_read() -> None:
@@ -52,6 +53,8 @@ def test_every_variable_is_read() -> None:
         "ALICIA_HISTORY_TURNS": "5",
         "ALICIA_LLM_TIMEOUT": "30",
         "ALICIA_SYSTEM_PROMPT": "Be brief.",
+        "ALICIA_MAX_ROOMS": "40",
+        "ALICIA_NATIVE_LOGS": "capture",
     }
     s = Settings.from_env(env)
     assert (s.llm_api_key, s.database_url) == ("sk-test", env["DATABASE_URL"])
@@ -63,6 +66,7 @@ def test_every_variable_is_read() -> None:
     assert (s.agent_name, s.http_port, s.timing_meta) == ("alicia", 8081, True)
     assert (s.max_tool_rounds, s.history_turns, s.llm_timeout_s) == (2, 5, 30.0)
     assert s.system_prompt == "Be brief."
+    assert (s.max_rooms, s.native_logs) == (40, "capture")
 
 
 def test_secrets_stay_out_of_repr() -> None:
@@ -84,11 +88,34 @@ def test_secrets_stay_out_of_repr() -> None:
         ({"ALICIA_QUEUE_SIZE": "1.5"}, "must be an integer"),
         ({"ALICIA_RATE": "nan"}, "must be a number"),
         ({"ALICIA_JOB_EXECUTOR": "fork"}, "process or thread"),
+        ({"ALICIA_MAX_ROOMS": "0"}, "ALICIA_MAX_ROOMS must be at least 1, not 0"),
+        ({"ALICIA_MAX_ROOMS": "-3"}, "ALICIA_MAX_ROOMS must be at least 1"),
+        ({"ALICIA_MAX_ROOMS": "x"}, "ALICIA_MAX_ROOMS must be an integer"),
+        ({"ALICIA_MAX_ROOMS": "2.5"}, "ALICIA_MAX_ROOMS must be an integer"),
+        ({"ALICIA_NATIVE_LOGS": "stdout"}, "ALICIA_NATIVE_LOGS must be stderr or capture"),
+        ({"ALICIA_NATIVE_LOGS": "CAPTURE"}, "ALICIA_NATIVE_LOGS must be stderr or capture"),
     ],
 )
 def test_bad_values_name_the_variable(change: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.from_env({**REQUIRED, **change})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, None), ("", None), ("  ", None), ("1", 1), ("40", 40)]
+)
+def test_max_rooms_is_optional_and_an_integer(value: str | None, expected: int | None) -> None:
+    env = REQUIRED if value is None else {**REQUIRED, "ALICIA_MAX_ROOMS": value}
+    assert Settings.from_env(env).max_rooms == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, "stderr"), ("", "stderr"), ("stderr", "stderr"), ("capture", "capture")],
+)
+def test_native_logs_is_stderr_unless_capture(value: str | None, expected: str) -> None:
+    env = REQUIRED if value is None else {**REQUIRED, "ALICIA_NATIVE_LOGS": value}
+    assert Settings.from_env(env).native_logs == expected
 
 
 def test_settings_are_frozen() -> None:
