@@ -45,11 +45,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, TypeVar, cast
 
 import msgspec
 import openai
-from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from protocol import (
     MAX_PACKET_BYTES,
@@ -85,6 +85,7 @@ from protocol import (
 from protocol import ids as id_prefix
 from protocol.errors import EncodeError
 
+from .llm_stream import stream_deltas
 from .reasoning import Answer, Reasoning, ReasoningExtractor, strip_reasoning
 from .segmenter import StepSegmenter
 from .sentences import SentenceStream
@@ -714,29 +715,24 @@ class Conversation:
         segmenter = StepSegmenter(max_delay=self._settings.step_max_delay_s, clock=self._clock)
         calls: dict[int, _ToolCall] = {}
         extra: dict[str, Any] = {"tools": tools} if tools else {}
-        stream = await self._llm.chat.completions.create(
+        deltas = stream_deltas(
+            self._llm,
             model=self._settings.llm_model,
             messages=cast("list[ChatCompletionMessageParam]", messages),
-            stream=True,
             **extra,
         )
-        async with stream, contextlib.aclosing(_paced(stream, segmenter.due, self._clock)) as it:
-            async for chunk in it:
-                if chunk is None:  # the open step is due: cut it
+        async with (
+            contextlib.aclosing(deltas) as stream,
+            contextlib.aclosing(_paced(stream, segmenter.due, self._clock)) as it,
+        ):
+            async for delta in it:
+                if delta is None:  # the open step is due: cut it
                     await self._steps_out(turn, segmenter.poll())
                     continue
-                if not chunk.choices:
-                    continue
-                delta = chunk.choices[0].delta
-                for tc in delta.tool_calls or ():
-                    call = calls.setdefault(tc.index, _ToolCall())
-                    if tc.id:
-                        call.id = tc.id
-                    if tc.function is not None:
-                        if tc.function.name and not call.name:
-                            call.name = tc.function.name
-                        call.arguments += tc.function.arguments or ""
-                for part in extractor.feed(delta.model_dump(warnings=False)):
+                for tc in delta.get("tool_calls") or ():
+                    if isinstance(tc, dict):
+                        _merge_tool_call(calls, tc)
+                for part in extractor.feed(delta):
                     await self._part(turn, part, segmenter)
         for part in extractor.flush():
             await self._part(turn, part, segmenter)
@@ -852,17 +848,20 @@ class Conversation:
         return outcome
 
 
+T = TypeVar("T")
+
+
 async def _paced(
-    stream: AsyncIterator[ChatCompletionChunk],
+    stream: AsyncIterator[T],
     due: Callable[[], float | None],
     clock: Callable[[], float],
-) -> AsyncGenerator[ChatCompletionChunk | None, None]:
+) -> AsyncGenerator[T | None, None]:
     """The stream's chunks, with ``None`` whenever ``due()`` passes while waiting.
 
     The pending read is never cancelled by a timeout (that would break the HTTP stream);
     it is only cancelled when the consumer stops iterating.
     """
-    pending: asyncio.Task[ChatCompletionChunk] | None = None
+    pending: asyncio.Task[T] | None = None
     try:
         while True:
             deadline = due()
@@ -892,6 +891,22 @@ async def _paced(
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
+
+
+def _merge_tool_call(calls: dict[int, _ToolCall], tc: dict[str, Any]) -> None:
+    """Fold one streamed tool-call fragment (a delta's ``tool_calls`` item) into ``calls``."""
+    index = tc.get("index")
+    call = calls.setdefault(index if isinstance(index, int) else 0, _ToolCall())
+    if isinstance(tc_id := tc.get("id"), str) and tc_id:
+        call.id = tc_id
+    function = tc.get("function")
+    if isinstance(function, dict):
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call.arguments += arguments
 
 
 def _discard(task: asyncio.Task[Any]) -> None:

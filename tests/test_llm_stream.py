@@ -1,0 +1,150 @@
+"""agent.llm_stream: the SSE decoder over any byte split, and stream errors over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import openai
+import pytest
+import pytest_asyncio
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.llm_stream import SSEDecoder, stream_deltas
+
+BODY = (
+    b": keep-alive comment\n\n"
+    b'data: {"choices":[{"delta":{"reasoning_content":"a"}}]}\n\n'
+    b"event: message\r\n"
+    b'data: {"choices":[{"delta":\r\n'
+    b'data: {"content":"b"}}]}\r\n\r\n'
+    b"id: 7\nretry: 10\n\n"
+    b'data:{"choices":[]}\r\r'
+    b"data: [DONE]\n\n"
+)
+EVENTS = [
+    ("", '{"choices":[{"delta":{"reasoning_content":"a"}}]}'),
+    ("message", '{"choices":[{"delta":\n{"content":"b"}}]}'),
+    ("", '{"choices":[]}'),
+    ("", "[DONE]"),
+]
+
+
+def decode_all(parts: list[bytes]) -> list[tuple[str, str]]:
+    decoder = SSEDecoder()
+    return [event for part in parts for event in decoder.feed(part)]
+
+
+def test_events_comments_multiline_data_and_every_line_ending() -> None:
+    assert decode_all([BODY]) == EVENTS
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(BODY)), max_size=12))
+def test_any_split_of_the_body_gives_the_same_events(cuts: list[int]) -> None:
+    points = sorted(set(cuts))
+    parts = [BODY[a:b] for a, b in zip([0, *points], [*points, len(BODY)], strict=True)]
+    assert decode_all(parts) == EVENTS
+
+
+# -- over real HTTP, through the real openai client ---------------------------------------
+
+
+Handler = Callable[[web.Request], Any]
+
+
+@pytest_asyncio.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Any]]:
+    """Start a one-route HTTP server on 127.0.0.1; yields a function returning its client."""
+    runners: list[web.AppRunner] = []
+
+    async def start(handler: Handler) -> openai.AsyncOpenAI:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0
+        )
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def sse(*events: Any, done: bool = True) -> bytes:
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def chunk(**delta: Any) -> dict[str, Any]:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+
+
+def body_handler(body: bytes) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(body)
+        await response.write_eof()
+        return response
+
+    return handle
+
+
+async def collect(llm: openai.AsyncOpenAI) -> list[dict[str, Any]]:
+    return [d async for d in stream_deltas(llm, model="m", messages=[])]
+
+
+async def test_deltas_in_order_usage_chunks_skipped_nothing_after_done(serve: Any) -> None:
+    usage = {"object": "chat.completion.chunk", "choices": [], "usage": {"total_tokens": 3}}
+    body = sse(chunk(reasoning="r"), usage, chunk(content="x")) + sse(chunk(content="late"))
+    llm = await serve(body_handler(body))
+    assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
+
+
+async def test_an_error_object_mid_stream_is_an_api_error(serve: Any) -> None:
+    body = sse(chunk(content="x"), {"error": {"message": "overloaded", "code": 529}})
+    llm = await serve(body_handler(body))
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(openai.APIError, match="overloaded") as caught:
+        async for delta in stream_deltas(llm, model="m", messages=[]):
+            seen.append(delta)
+    assert seen == [{"content": "x"}]
+    assert caught.value.body == {"message": "overloaded", "code": 529}
+
+
+async def test_malformed_json_is_an_api_error(serve: Any) -> None:
+    llm = await serve(body_handler(b"data: {not json\n\n"))
+    with pytest.raises(openai.APIError, match="malformed stream chunk"):
+        await collect(llm)
+
+
+async def test_an_http_error_status_is_the_sdks_status_error(serve: Any) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "no such model"}}, status=404)
+
+    llm = await serve(handle)
+    with pytest.raises(openai.NotFoundError):
+        await collect(llm)
+
+
+async def test_a_connection_cut_mid_stream_is_a_connection_error(serve: Any) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response.content_length = 10_000  # promise more than is sent, then drop the socket
+        await response.prepare(request)
+        await response.write(sse(chunk(content="x"), done=False))
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    llm = await serve(handle)
+    with pytest.raises(openai.APIConnectionError):
+        await collect(llm)
