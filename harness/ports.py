@@ -8,10 +8,40 @@ __all__ = ["free_port", "free_udp_range"]
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago.
+
+    Chosen below the kernel's ephemeral range when it can be: a port the kernel hands out
+    (``bind(0)``) can be taken by any outgoing connection before the server binds it,
+    which happens often on a machine busy with many connections.
+    """
+    import random
+
+    low = _ephemeral_low()
+    if low > _FIXED_LOW + 1000:
+        for _ in range(100):
+            port = random.randrange(_FIXED_LOW, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_FIXED_LOW = 10000
+"""Lowest port :func:`free_port` picks itself."""
+
+
+def _ephemeral_low() -> int:
+    """The first port of Linux's ephemeral range (0 when unknown: use ``bind(0)``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def free_udp_range(size: int) -> int:
