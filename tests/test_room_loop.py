@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Coroutine
@@ -213,15 +214,35 @@ def test_shared_room_loop_is_one_per_process() -> None:
     assert isinstance(shared_room_loop(), RoomLoop)
 
 
-async def test_a_coroutine_that_was_never_run_is_not_left_unawaited() -> None:
-    """Every coroutine handed to run() is awaited (filterwarnings=error would catch one)."""
+async def test_every_coroutine_handed_over_runs_to_completion() -> None:
     rl = RoomLoop("rl-awaited")
     coros: list[Coroutine[Any, Any, int]] = []
 
     async def value(i: int) -> int:
+        await asyncio.sleep(0)
         return i
 
     for i in range(5):
         coros.append(value(i))
     assert await asyncio.gather(*(rl.run(c) for c in coros)) == [0, 1, 2, 3, 4]
-    assert all(c.cr_frame is None for c in coros)  # each ran to completion
+    assert [inspect.getcoroutinestate(c) for c in coros] == [inspect.CORO_CLOSED] * 5
+
+
+async def test_a_caller_cancelled_at_once_leaves_nothing_running() -> None:
+    rl = RoomLoop("rl-cancel-at-once")
+    reached: list[str] = []
+
+    async def room() -> None:
+        reached.append("started")
+        await asyncio.sleep(30)
+        reached.append("slept")  # never: cancelled while sleeping
+
+    coro = room()
+    task = asyncio.create_task(rl.run(coro))
+    await asyncio.sleep(0)  # run() has handed the coroutine over; it may not have started
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "slept" not in reached
+    assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+    assert not rl.running and _alive("rl-cancel-at-once") == []
