@@ -50,7 +50,11 @@ class RoomLoop:
 
         Cancelling the caller cancels ``coro`` and waits until it has finished unwinding.
         """
-        loop = self._acquire()
+        try:
+            loop = self._acquire()
+        except BaseException:
+            coro.close()  # never started: no "never awaited" warning
+            raise
         try:
             return await _run_elsewhere(loop, coro)
         finally:
@@ -58,7 +62,6 @@ class RoomLoop:
 
     def _acquire(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            self._users += 1
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
@@ -66,6 +69,8 @@ class RoomLoop:
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
+                logger.info("room loop started", extra={"loop_thread": self._name})
+            self._users += 1
             return self._loop
 
     async def _release(self) -> None:
@@ -78,6 +83,7 @@ class RoomLoop:
         loop.call_soon_threadsafe(loop.stop)
         if thread is not None:
             await asyncio.to_thread(thread.join)
+        logger.info("room loop stopped", extra={"loop_thread": self._name})
 
 
 def _serve_forever(loop: asyncio.AbstractEventLoop) -> None:
@@ -118,8 +124,11 @@ async def _run_elsewhere(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, A
         return await asyncio.shield(done)
     except asyncio.CancelledError:
         loop.call_soon_threadsafe(cancel)
-        with contextlib.suppress(BaseException):
-            await done
+        while not done.done():  # wait for the unwind, even through repeated cancels
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(done)
+        if not done.cancelled() and done.exception() is not None:
+            logger.warning("room coroutine failed while cancelled", exc_info=done.exception())
         raise
 
 

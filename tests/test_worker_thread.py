@@ -263,6 +263,9 @@ async def test_two_rooms_at_once_on_one_worker_each_get_their_full_ordered_turn(
     joined_at = [messages.index(("room joined", room)) for room in rooms]
     first_turn = next(i for i, r in enumerate(records) if r["message"] == "turn finished")
     assert max(joined_at) < first_turn
+    # Both rooms on ONE shared room loop: it started once, before either room was joined.
+    started = [i for i, (m, _) in enumerate(messages) if m == "room loop started"]
+    assert len(started) == 1 and started[0] < min(joined_at)
     # One process: every record (the jobs' too) comes from the worker process itself.
     assert {r.get("pid") for r in records} == {thread_worker.proc.pid}
     assert thread_worker.proc.returncode is None
