@@ -167,6 +167,9 @@ async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | 
         api_key=settings.llm_api_key,
         timeout=settings.llm_timeout_s,
         max_retries=1,
+        # aiohttp transport (openai's documented option): the default anyio one pauses and
+        # resumes the socket for every streamed read, a selector error path each time.
+        http_client=openai.DefaultAioHttpClient(timeout=settings.llm_timeout_s),
     )
     try:
         async with RoomTransport(room) as transport:

@@ -55,10 +55,12 @@ def test_any_split_of_the_body_gives_the_same_events(cuts: list[int]) -> None:
 Handler = Callable[[web.Request], Any]
 
 
-@pytest_asyncio.fixture
-async def serve() -> AsyncIterator[Callable[[Handler], Any]]:
-    """Start a one-route HTTP server on 127.0.0.1; yields a function returning its client."""
+@pytest_asyncio.fixture(params=["aiohttp", "httpx"])
+async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Callable[[Handler], Any]]:
+    """Start a one-route HTTP server on 127.0.0.1; yields a function returning its client
+    (over the worker's aiohttp transport, and over the SDK's default one)."""
     runners: list[web.AppRunner] = []
+    clients: list[openai.AsyncOpenAI] = []
 
     async def start(handler: Handler) -> openai.AsyncOpenAI:
         app = web.Application()
@@ -69,11 +71,16 @@ async def serve() -> AsyncIterator[Callable[[Handler], Any]]:
         await site.start()
         runners.append(runner)
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0
+        http = openai.DefaultAioHttpClient() if request.param == "aiohttp" else None
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0, http_client=http
         )
+        clients.append(client)
+        return client
 
     yield start
+    for client in clients:
+        await client.close()
     for runner in runners:
         await runner.cleanup()
 
