@@ -112,7 +112,9 @@ class Settings:
     ``ALICIA_LOAD_THRESHOLD`` says otherwise). livekit-server offers a worker new rooms only
     while that load is below its ``agents.target_load`` (0.7 by default), so it sends up to
     0.7 x ``max_rooms`` unless the server's target load is raised. Useful when the worker
-    shares a machine whose CPU use says little about the worker's own."""
+    shares a machine whose CPU use says little about the worker's own. livekit-agents
+    counts rooms accepted at once on an empty worker as threshold / idle job runners each,
+    so a burst can find it full early; ``ALICIA_LOAD_THRESHOLD=inf`` avoids that."""
     agent_name: str = ""
     """``ALICIA_AGENT_NAME`` (default empty = automatic dispatch to every new room)."""
     http_port: int = 0
