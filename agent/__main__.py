@@ -16,7 +16,7 @@ def main() -> None:
         raise SystemExit(2) from None
     from livekit.agents import cli
 
-    from .worker import build_server
+    from .rooms.worker import build_server
 
     cli.run_app(build_server(settings))
 

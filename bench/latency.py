@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/latency.py`` (about a minute). Everything is real and on
 127.0.0.1: livekit-server (harness), the worker as its own process
 (``python -m agent start``, ``ALICIA_TIMING_META=true``), the recorded-stream LLM
-(``agent.demo_llm``, endless reasoning at about 20 steps/s) and the clients.
+(``harness.recorded_llm``, endless reasoning at about 20 steps/s) and the clients.
 
 * worker path: the worker stamps ``meta["alicia.closedMonoNs"]`` with
   ``time.monotonic_ns()`` the moment the segmenter closes a step; a client in the room
@@ -40,10 +40,10 @@ from livekit import rtc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.demo_llm import ENDLESS, Play, RecordedLLM
-from agent.turns import META_CLOSED_AT
+from agent.engine.conversation import META_CLOSED_AT
 from bench._stats import percentile
 from harness import LiveKitServer
+from harness.recorded_llm import ENDLESS, Play, RecordedLLM
 from protocol import (
     DATA_TOPIC,
     Configuration,

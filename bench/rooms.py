@@ -54,11 +54,11 @@ from livekit import rtc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.demo_llm import ENDLESS, Play, RecordedLLM
-from agent.ffi_routing import route_room, stop_capturing_native_logs
-from agent.turns import META_CLOSED_AT
+from agent.engine.conversation import META_CLOSED_AT
+from agent.rooms.ffi_routing import route_room, stop_capturing_native_logs
 from bench._stats import percentile
 from harness import LiveKitServer
+from harness.recorded_llm import ENDLESS, Play, RecordedLLM
 from protocol import (
     DATA_TOPIC,
     Acknowledgement,
@@ -130,7 +130,7 @@ class RoomClient:
     async def start(self, url: str, token: str) -> None:
         self.room.on("data_received", self.on_data)
         await self.room.connect(url, token)
-        route_room(self.room)  # many rooms in this process: see agent/ffi_routing.py
+        route_room(self.room)  # many rooms in this process: see agent/rooms/ffi_routing.py
         stop_capturing_native_logs()  # as the worker does by default
         async with asyncio.timeout(60):
             while not self.agent:

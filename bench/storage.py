@@ -21,7 +21,7 @@ participant sends ReasoningStep envelopes at ``--rate`` per second to a receiver
 participant through the livekit-server room (reliable data packets on the ``alicia``
 topic); for each envelope it calls ``sink.submit(env)`` and then publishes, as the
 worker does. Latency = receive time - creation time (same process clock). ``on`` =
-a StorageWriter writing to the Postgres, ``off`` = :class:`agent.sink.NullSink`.
+a StorageWriter writing to the Postgres, ``off`` = :class:`agent.engine.sink.NullSink`.
 
 Corpus: seeded ReasoningStep envelopes, 300-character text, 8 steps per chain.
 Caveats: a shared 2-core machine runs Python, Postgres and livekit-server together;
@@ -54,10 +54,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent._db import create_engine
-from agent.sink import NullSink, StepSink
-from agent.storage import StorageWriter, WriterOptions, migrate
-from agent.tables import reasoning_steps
+from agent.engine.sink import NullSink, StepSink
+from agent.storage.engine import create_engine
+from agent.storage.tables import reasoning_steps
+from agent.storage.writer import StorageWriter, WriterOptions, migrate
 from harness import LiveKitServer, PostgresServer
 from protocol import DATA_TOPIC, Envelope, ReasoningStep, decode, encode, envelope
 

@@ -4,13 +4,13 @@ Steps, each undone on exit (also on Ctrl-C or failure):
 
 1. livekit-server on 127.0.0.1 with dev keys (:class:`harness.LiveKitServer`);
 2. the LLM: ``LLM_BASE_URL`` (+ ``LLM_MODEL``) if set, else the *demo model* — a local
-   server replaying recorded reasoning streams (:mod:`agent.demo_llm`), said plainly;
+   server replaying recorded reasoning streams (:mod:`harness.recorded_llm`), said plainly;
 3. storage: ``DATABASE_URL`` if set, else SQLite under the data directory; migrations
    applied (:func:`agent.storage.migrate`);
 4. the worker, ``python -m agent start``, as a subprocess (log in the data directory);
 5. the question(s), asked with the ``alicia-client`` CLI, which streams the steps;
 6. with ``--web``: the web debug page, until Ctrl-C;
-7. the worker is stopped (it flushes storage), then ``python -m agent.stats`` prints
+7. the worker is stopped (it flushes storage), then ``python -m agent.storage.stats`` prints
    the analytics summary.
 """
 
@@ -117,7 +117,7 @@ async def _llm(console: Console, chunk_delay: float) -> AsyncIterator[dict[str, 
         console.print(f"  LLM             [bold]{model}[/] at {base} (from LLM_BASE_URL)")
         yield {"LLM_BASE_URL": base, "LLM_MODEL": model}
         return
-    from agent.demo_llm import RecordedLLM
+    from harness.recorded_llm import RecordedLLM
 
     async with RecordedLLM(chunk_delay=chunk_delay) as llm:
         console.print(
@@ -134,7 +134,7 @@ async def _llm(console: Console, chunk_delay: float) -> AsyncIterator[dict[str, 
 async def _storage(console: Console, data_dir: Path) -> str:
     from sqlalchemy.engine import make_url
 
-    from agent.storage import migrate
+    from agent.storage.writer import migrate
 
     url = os.environ.get("DATABASE_URL", "").strip()
     if not url:
@@ -310,11 +310,13 @@ async def run(args: argparse.Namespace) -> int:
             await _web(console, env, args.web_port, room)
         await _close_room(livekit, room)
         await stack.aclose()  # stop the worker first: it flushes what it stored
-        console.print("\n[bold]Analytics from storage[/]  [dim]$ python -m agent.stats[/]\n")
+        console.print(
+            "\n[bold]Analytics from storage[/]  [dim]$ python -m agent.storage.stats[/]\n"
+        )
         stats_env = env if sys.stdout.isatty() else {**env, "COLUMNS": env.get("COLUMNS", "160")}
-        code = await _run_tool(console, [sys.executable, "-m", "agent.stats"], stats_env)
+        code = await _run_tool(console, [sys.executable, "-m", "agent.storage.stats"], stats_env)
         if code != 0:
-            console.print(f"[red]agent.stats exited with {code}[/]")
+            console.print(f"[red]agent.storage.stats exited with {code}[/]")
             return code
     elapsed = time.monotonic() - started
     console.print(

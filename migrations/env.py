@@ -1,4 +1,4 @@
-"""Async Alembic environment for the ``alicia_*`` schema (target: ``agent.tables``).
+"""Async Alembic environment for the ``alicia_*`` schema (target: ``agent.storage.tables``).
 
 The URL comes from, in order: a connection handed over by the caller
 (``config.attributes["connection"]``, used by :func:`agent.storage.migrate`),
@@ -17,8 +17,8 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from agent._db import MIGRATION_LOCK_KEY, VERSION_TABLE, create_engine
-from agent.tables import Base
+from agent.storage.engine import MIGRATION_LOCK_KEY, VERSION_TABLE, create_engine
+from agent.storage.tables import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

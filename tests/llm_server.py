@@ -1,4 +1,4 @@
-"""Pytest fixtures and helpers for the recorded-stream LLM server (``agent.demo_llm``).
+"""Pytest fixtures and helpers for the recorded-stream LLM server (``harness.recorded_llm``).
 
 Use in a test module::
 
@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest_asyncio
 
-from agent.demo_llm import (
+from agent.llm.reasoning import Answer, Part, Reasoning
+from harness.recorded_llm import (
     ENDLESS,
     STREAMS_DIR,
     Play,
@@ -29,7 +30,6 @@ from agent.demo_llm import (
     read_events,
     recorded_llm,
 )
-from agent.reasoning import Answer, Part, Reasoning
 
 __all__ = [
     "ENDLESS",

@@ -12,7 +12,7 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from agent._db import create_engine, is_sqlite
+from agent.storage.engine import create_engine, is_sqlite
 from harness import PostgresServer
 
 __all__ = ["TABLES", "clear", "fetch", "new_database", "utc"]

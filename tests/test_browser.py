@@ -21,8 +21,8 @@ from urllib.parse import urlencode
 import pytest
 import pytest_asyncio
 
-from agent.demo_llm import RecordedLLM, load_manifest
 from harness import LiveKitServer
+from harness.recorded_llm import RecordedLLM, load_manifest
 from protocol import new_id
 from tests.client_helpers import Script, scripted_agent
 from tests.web_helpers import serving_web

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from agent.demo_llm import RecordedLLM, StreamSpec, load_manifest
 from harness import LiveKitServer
+from harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
 from protocol import MessageType, new_id
 from tests.test_client import run_cli
 from tests.worker_proc import WorkerProcess, running_worker

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.demo_llm import DEFAULT_STREAM, RecordedLLM, load_manifest
+from harness.recorded_llm import DEFAULT_STREAM, RecordedLLM, load_manifest
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from agent.demo_llm import ROTATE, recorded_llm
-from agent.reasoning import Part, ReasoningExtractor
-from agent.segmenter import segment
+from agent.llm.reasoning import Part, ReasoningExtractor
+from agent.llm.segmenter import segment
+from harness.recorded_llm import ROTATE, recorded_llm
 from tests.llm_server import (
     ENDLESS,
     MANIFEST,

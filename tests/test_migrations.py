@@ -1,5 +1,5 @@
 """Alembic migrations on real PostgreSQL and SQLite: up and down, empty and populated,
-and the models in ``agent/tables.py`` matching what the migrations build."""
+and the models in ``agent/storage/tables.py`` matching what the migrations build."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from storage_db import fetch, new_database
 
-from agent._db import VERSION_TABLE, create_engine
-from agent.storage import StorageWriter, WriterOptions, migrate
-from agent.tables import TABLE_NAMES, Base
+from agent.storage.engine import VERSION_TABLE, create_engine
+from agent.storage.tables import TABLE_NAMES, Base
+from agent.storage.writer import StorageWriter, WriterOptions, migrate
 from protocol import Envelope, ReasoningStep, StartAnswer, ToolUseRequest, UserMessage, envelope
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

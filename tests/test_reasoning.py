@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
+from agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
 from tests.llm_server import MANIFEST, answer_of, deltas_of, reasoning_of
 
 pytestmark = pytest.mark.filterwarnings("error")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from agent.demo_llm import RecordedLLM
+from harness.recorded_llm import RecordedLLM
 from protocol import (
     Acknowledgement,
     AssistantSentence,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import protocol
-from agent.segmenter import STEP_MAX_BYTES, StepSegmenter, segment
+from agent.llm.segmenter import STEP_MAX_BYTES, StepSegmenter, segment
 from tests.llm_server import MANIFEST
 
 pytestmark = pytest.mark.filterwarnings("error")

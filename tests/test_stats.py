@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import DateTime, bindparam, text
 from storage_db import new_database
 
-from agent._db import create_engine
-from agent.stats import main
-from agent.storage import StorageWriter, WriterOptions, migrate
+from agent.storage.engine import create_engine
+from agent.storage.stats import main
+from agent.storage.writer import StorageWriter, WriterOptions, migrate
 from harness import free_port
 from protocol import (
     AssistantMessage,
@@ -263,7 +263,7 @@ def test_bad_invocations_exit_with_2(
 
 def test_module_and_console_script(url: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agent.stats", "--json", "tools"],
+        [sys.executable, "-m", "agent.storage.stats", "--json", "tools"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -277,4 +277,4 @@ def test_module_and_console_script(url: str) -> None:
         "timer",
     }
     scripts = importlib.metadata.entry_points(group="console_scripts")
-    assert scripts["alicia-stats"].value == "agent.stats:main"
+    assert scripts["alicia-stats"].value == "agent.storage.stats:main"

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from storage_db import clear, fetch, new_database
 
-from agent._rows import build_rows
-from agent._spill import decode_items
-from agent.sink import NullSink, StepSink
-from agent.storage import StorageWriter, WriterOptions, migrate, open_sink
+from agent.engine.sink import NullSink, StepSink
+from agent.storage.rows import build_rows
+from agent.storage.spill import decode_items
+from agent.storage.writer import StorageWriter, WriterOptions, migrate, open_sink
 from harness import free_port
 from protocol import (
     Acknowledgement,
@@ -503,7 +503,7 @@ async def test_refused_record_goes_to_dead_letter_and_the_rest_is_stored(
 async def fetch_exec(url: str, sql: str) -> None:
     from sqlalchemy import text
 
-    from agent._db import create_engine
+    from agent.storage.engine import create_engine
 
     engine = create_engine(url, pooled=False)
     try:
@@ -611,7 +611,7 @@ async def test_open_sink_writes_and_closes(url: str, options: WriterOptions) -> 
 
 
 def test_build_rows_groups_a_batch() -> None:
-    from agent._spill import Item
+    from agent.storage.spill import Item
 
     c = Conv()
     items = [Item(i + 1, 1_700_000_000.0 + i, env) for i, env in enumerate(script(c))]

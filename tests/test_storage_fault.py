@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from storage_db import fetch, new_database
 
-from agent.storage import StorageWriter, WriterOptions, migrate
+from agent.storage.writer import StorageWriter, WriterOptions, migrate
 from harness import PostgresServer, free_port
 from protocol import Envelope, ReasoningStep, UserMessage, envelope
 
@@ -177,7 +177,7 @@ CRASHING_WRITER = textwrap.dedent(
     """
     import asyncio, json, os, sys
     from pathlib import Path
-    from agent.storage import StorageWriter, WriterOptions
+    from agent.storage.writer import StorageWriter, WriterOptions
     from protocol import ReasoningStep, envelope
 
     async def main() -> None:

@@ -17,8 +17,8 @@ import pytest_asyncio
 from livekit import rtc
 from storage_db import fetch, new_database
 
-from agent.demo_llm import RecordedLLM
 from harness import LiveKitServer, PostgresServer
+from harness.recorded_llm import RecordedLLM
 from protocol import (
     DATA_TOPIC,
     AssistantSentence,

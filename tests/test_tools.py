@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent.tools import Tool, ToolBox, ToolError, calculate, default_tools, parse_arguments
+from agent.engine.tools import Tool, ToolBox, ToolError, calculate, default_tools, parse_arguments
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from livekit import api
 
-from agent.transport import Incoming, Left, Packet, RoomTransport, TransportError
+from agent.engine.transport import Incoming, Left, Packet, TransportError
+from agent.rooms.transport import RoomTransport
 from harness import LiveKitServer
 from protocol import DATA_TOPIC, new_id
 from tests.fakes import MemoryTransport, Sent
@@ -131,7 +132,7 @@ async def test_routed_rooms_in_one_process_still_get_their_own_packets(
 ) -> None:
     from livekit.rtc._ffi_client import FfiClient
 
-    from agent.ffi_routing import FfiRouter
+    from agent.rooms.ffi_routing import FfiRouter
 
     one, two = new_id("conv"), new_id("conv")
     async with (

@@ -1,7 +1,8 @@
 """The turn runner over an in-memory transport and the recorded-stream LLM (real HTTP).
 
-Every test drives :class:`agent.turns.Conversation` through :class:`tests.fakes.MemoryTransport`
-with the real ``openai`` client against ``agent.demo_llm.RecordedLLM`` on 127.0.0.1, and
+Every test drives :class:`agent.engine.conversation.Conversation` through
+:class:`tests.fakes.MemoryTransport`
+with the real ``openai`` client against ``harness.recorded_llm.RecordedLLM`` on 127.0.0.1, and
 asserts what each client receives: types, order, ids, indexes and texts.
 """
 
@@ -21,10 +22,10 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agent.demo_llm import ENDLESS, Play, RecordedLLM, load_manifest
+from agent.engine.conversation import META_MODEL, Conversation
+from agent.engine.tools import default_tools
 from agent.settings import Settings
-from agent.tools import default_tools
-from agent.turns import META_MODEL, Conversation
+from harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
 from protocol import (
     MAX_PACKET_BYTES,
     Acknowledgement,

@@ -19,8 +19,8 @@ import pytest
 import pytest_asyncio
 from livekit import rtc
 
-from agent.demo_llm import ENDLESS, Play, RecordedLLM
 from harness import LiveKitServer
+from harness.recorded_llm import ENDLESS, Play, RecordedLLM
 from protocol import (
     DATA_TOPIC,
     AssistantSentence,

@@ -4,7 +4,7 @@ Integration: the real worker (``python -m agent start`` with ``ALICIA_JOB_EXECUT
 the session's real livekit-server, the recorded LLM over HTTP. Two rooms at once, one
 worker process; each client gets its full ordered turn, and each job ends ("room left")
 after its client has gone. Unit: the room-count load (``ALICIA_MAX_ROOMS``) and how
-:func:`agent.worker.build_server` installs it.
+:func:`agent.rooms.worker.build_server` installs it.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import pytest
 import pytest_asyncio
 from livekit import api
 
-from agent import worker as worker_module
-from agent.demo_llm import RecordedLLM
+from agent.rooms import worker as worker_module
 from agent.settings import Settings
 from harness import LiveKitServer
+from harness.recorded_llm import RecordedLLM
 from protocol import (
     AssistantSentence,
     Envelope,
@@ -50,7 +50,7 @@ STREAMS = ("vllm_reasoning", "deepseek_reasoning_content")
 
 @dataclass
 class FakeServer:
-    """What :func:`agent.worker._room_load` reads of an AgentServer."""
+    """What :func:`agent.rooms.worker._room_load` reads of an AgentServer."""
 
     active_jobs: list[object] = field(default_factory=list)
 

@@ -1,6 +1,6 @@
 """Regenerate the worker's extra recorded streams: a calculator tool call and its follow-up.
 
-The worker's demo tools are ``calculator`` and ``current_time`` (``agent/tools.py``); the
+The worker's demo tools are ``calculator`` and ``current_time`` (``agent/engine/tools.py``); the
 shared recordings (``tests/streams``) call ``get_weather``. This script writes the same
 vLLM wire shape (``tests.streams.build``'s generators, reused as they are) for a scenario
 that calls the calculator, plus ``manifest.json`` entries in the shared format.

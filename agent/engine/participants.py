@@ -13,7 +13,8 @@ Errors the worker reports to a client, on top of ``protocol.errors``::
     ├── WrongConversation        envelope/Configuration names another conversation (201)
     ├── InvalidState             e.g. a variation of an unknown message (202)
     ├── Overloaded               queue full or flood (504, warning, recoverable)
-    └── LLMUnavailable           the LLM endpoint failed (503)
+    ├── LLMUnavailable           the LLM endpoint failed (503)
+    └── InternalError            something unexpected failed inside the worker (501)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from protocol import (
 __all__ = [
     "REASONING_FEATURES",
     "STREAMING_FEATURES",
+    "InternalError",
     "InvalidState",
     "LLMUnavailable",
     "Overloaded",
@@ -85,6 +87,12 @@ class LLMUnavailable(ProtocolError):
 
     code = ErrorCode.SERVICE_UNAVAILABLE
     severity = Severity.ERROR
+
+
+class InternalError(ProtocolError):
+    """Something unexpected failed inside the worker during a turn."""
+
+    code = ErrorCode.INTERNAL_ERROR
 
 
 class TokenBucket:

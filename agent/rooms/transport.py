@@ -1,10 +1,7 @@
-"""Moving protocol packets between the worker and the clients in a room.
+"""The engine's :class:`~agent.engine.transport.Transport` on a LiveKit room.
 
-:class:`Transport` is the interface the turn runner sees: ``send`` bytes to some
-participants, iterate incoming packets (and departures), ``aclose``. One envelope is one
-packet; the transport neither encodes nor decodes. :class:`RoomTransport` implements it
-on a connected ``livekit.rtc.Room`` (reliable data packets on one topic);
-``tests/fakes.py`` has an in-memory one.
+:class:`RoomTransport` sends and receives one envelope per reliable data packet on the
+protocol's topic of a connected ``livekit.rtc.Room``, and reports departures.
 
 Exception tree::
 
@@ -20,62 +17,21 @@ import asyncio
 import enum
 import logging
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Final
 
 from livekit import rtc
 
+from agent.engine.transport import Incoming, Left, Packet, TransportError
 from protocol import DATA_TOPIC
 
 from .ffi_routing import publish, route_room
 
-__all__ = ["Incoming", "Left", "Packet", "RoomTransport", "Transport", "TransportError"]
+__all__ = ["RoomTransport"]
 
 logger = logging.getLogger("alicia.transport")
 
 DEFAULT_MAX_PENDING: Final = 4096
-
-
-class TransportError(Exception):
-    """Sending failed; the underlying LiveKit error is chained as ``__cause__``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Packet:
-    """One data packet received from ``sender`` (a participant identity)."""
-
-    sender: str
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Left:
-    """``identity`` left the room: forget its state."""
-
-    identity: str
-
-
-Incoming = Packet | Left
-
-
-class Transport(Protocol):
-    """Packets to and from the participants of one room."""
-
-    async def send(self, data: bytes, *, to: Sequence[str] | None = None) -> None:
-        """Send one packet reliably to the identities in ``to`` (``None``: everyone).
-
-        Raises :class:`TransportError` if it could not be sent.
-        """
-        ...
-
-    def __aiter__(self) -> AsyncIterator[Incoming]:
-        """Incoming packets and departures, in arrival order; ends when the room closes."""
-        ...
-
-    async def aclose(self) -> None:
-        """Stop receiving; iteration ends."""
-        ...
 
 
 class _State(enum.Enum):

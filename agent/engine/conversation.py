@@ -1,29 +1,30 @@
 """The Alicia protocol for one conversation (one room): handshake, turns, stop, variation.
 
-:class:`Conversation` reads packets from a :class:`~agent.transport.Transport` and
+:class:`Conversation` reads packets from a :class:`~agent.engine.transport.Transport` and
 answers them. For every packet, in this order: the sender's rate limit (token bucket),
 the size limit, decoding, the sender's stanza order, then dispatch. Bad input of any
 kind is answered with an ErrorMessage to that sender only (itself rate-limited) and
 never disturbs other participants.
 
 A turn (UserMessage, or a final transcript from :meth:`Conversation.user_said`) runs in
-the sender's own task, one at a time per sender, from a bounded queue:
+the sender's own task, one at a time per sender, from a bounded queue. The turn itself
+is :class:`~agent.engine.turn.Turn` (context, LLM rounds, tools); this module turns its
+events into envelopes:
 
-1. the LLM is streamed (OpenAI-compatible, ``stream=True``); each delta goes through
-   :class:`~agent.reasoning.ReasoningExtractor`;
-2. reasoning text goes through :class:`~agent.segmenter.StepSegmenter` and leaves as
-   ReasoningSteps (``previousId`` = user message, ``stepIndex`` from the conversation's
-   :class:`~protocol.StepTracker`), sent only to clients that show reasoning;
-3. tool calls close the open step, are announced (ToolUseRequest, ``execution: server``),
-   run by the :class:`~agent.tools.ToolBox`, reported (ToolUseResult) and fed back to the
-   LLM for another round;
-4. answer text opens the answer (StartAnswer) and leaves sentence by sentence
-   (AssistantSentence, ``sequence`` 1..M, last one ``isFinal``) to streaming clients,
-   and as one AssistantMessage to the others; with a speaker, sentences are spoken.
+* ``StepReady`` -> ReasoningStep (``previousId`` = user message), sent only to clients
+  that show reasoning;
+* ``ToolRequested`` / ``ToolFinished`` -> ToolUseRequest (``execution: server``) and
+  ToolUseResult, to every client;
+* ``AnswerStarted`` / ``SentenceReady`` -> StartAnswer and AssistantSentence
+  (``sequence`` 1..M, last one ``isFinal``) to streaming clients; with a speaker,
+  sentences are spoken;
+* ``TurnEnded`` -> one AssistantMessage to the clients that do not stream, the
+  exchange into the history, an ErrorMessage to the requester if the turn failed, and
+  the Acknowledgements of the ControlStops that ended it.
 
-Reasoning never reaches answer text or speech and never goes back to the LLM: the chat
-context keeps user messages and answers only. Every sent envelope and every valid
-received one is handed to the :class:`~agent.sink.StepSink`.
+Reasoning never reaches answer text or speech and never goes back to the LLM. Every
+sent envelope and every valid received one is handed to the
+:class:`~agent.engine.sink.StepSink`.
 
 The last ``Settings.replay_keep`` sent envelopes are kept as sent (bytes, stanzaId,
 recipients). A client that resumes (Configuration naming this conversation with
@@ -32,8 +33,8 @@ Configuration, then every kept envelope addressed to it with |stanzaId| > L, unc
 a gap the buffer no longer covers (or over 1000), or an L this worker never sent (it
 restarted), is answered with ErrorMessage 202.
 
-This module knows nothing of LiveKit: ``livekit.rtc`` stays in ``agent/transport.py``
-and ``agent/voice.py``.
+This module knows nothing of LiveKit; front ends hand it a
+:class:`~agent.engine.transport.Transport`.
 """
 
 from __future__ import annotations
@@ -44,13 +45,13 @@ import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any, Final, Protocol, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 import msgspec
 import openai
-from openai.types.chat import ChatCompletionMessageParam
 
+from agent.settings import Settings
 from protocol import (
     MAX_PACKET_BYTES,
     Acknowledgement,
@@ -63,7 +64,6 @@ from protocol import (
     ControlVariation,
     DecodeError,
     Envelope,
-    ErrorCode,
     Feature,
     OrderingError,
     ProtocolError,
@@ -85,13 +85,17 @@ from protocol import (
 from protocol import ids as id_prefix
 from protocol.errors import EncodeError
 
-from .llm_stream import stream_deltas
-from .reasoning import Answer, Reasoning, ReasoningExtractor, strip_reasoning
-from .segmenter import StepSegmenter
-from .sentences import SentenceStream
-from .session import (
+from .events import (
+    AnswerStarted,
+    SentenceReady,
+    StepReady,
+    ToolFinished,
+    ToolRequested,
+    TurnEnded,
+    TurnEvent,
+)
+from .participants import (
     InvalidState,
-    LLMUnavailable,
     Overloaded,
     PacketTooLarge,
     Participant,
@@ -99,14 +103,14 @@ from .session import (
     TurnRequest,
     WrongConversation,
 )
-from .settings import Settings
 from .sink import StepSink
-from .tools import Outcome, ToolBox, ToolError, parse_arguments
+from .tools import ToolBox
 from .transport import Left, Packet, Transport, TransportError
+from .turn import Exchange, Turn, TurnOptions
 
 __all__ = ["META_CLOSED_AT", "META_MODEL", "Conversation", "Speaker"]
 
-logger = logging.getLogger("alicia.turns")
+logger = logging.getLogger("alicia.conversation")
 
 META_MODEL: Final = "model"
 """Meta key on StartAnswer/AssistantMessage: the LLM model name."""
@@ -116,11 +120,10 @@ segmenter closed the step (CLOCK_MONOTONIC: comparable between processes on one 
 
 _HISTORY_LIMIT: Final = 200
 _MAX_REPLAY_GAP: Final = 1000
-_SEED_TIMEOUT_S: Final = 1.0
 
 
 class Speaker(Protocol):
-    """Speech output for answers (``agent/voice.py``); optional."""
+    """Speech output for answers (``agent/rooms/voice.py``); optional."""
 
     def say(self, text: str) -> None:
         """Queue one answer sentence for speech."""
@@ -129,12 +132,6 @@ class Speaker(Protocol):
     def interrupt(self) -> None:
         """Stop speaking now and drop queued sentences."""
         ...
-
-
-class InternalError(ProtocolError):
-    """Something unexpected failed inside the worker during a turn (501)."""
-
-    code = ErrorCode.INTERNAL_ERROR
 
 
 class ReplayGap(InvalidState):
@@ -156,46 +153,29 @@ class _Kept:
     """A ReasoningStep (not replayed to clients that hide reasoning)."""
 
 
-@dataclasses.dataclass(slots=True)
-class _Exchange:
-    user_id: str
-    user_text: str
-    answer_id: str
-    answer_text: str
-
-
-@dataclasses.dataclass(slots=True)
-class _ToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: str = ""
-
-
 @dataclasses.dataclass(slots=True, eq=False)
-class _Turn:
+class _Running:
+    """A turn being served: the engine's :class:`Turn` and who gets its answer how."""
+
     request: TurnRequest
-    answer_id: str
-    sentences: SentenceStream
-    generation: asyncio.Task[None] | None = None
-    seed: asyncio.Task[int] | None = None
-    stopped: bool = False
+    turn: Turn
     acks: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-    answer_open: bool = False
+    """ControlStops to acknowledge once the answer is closed: (identity, stanzaId)."""
     stream_form: bool = True
     streaming_to: list[str] = dataclasses.field(default_factory=list)
     message_to: list[str] = dataclasses.field(default_factory=list)
     sequence: int = 0
-    answer: list[str] = dataclasses.field(default_factory=list)
-    round_text: list[str] = dataclasses.field(default_factory=list)
-    steps: int = 0
+
+    @property
+    def answer_id(self) -> str:
+        """The id of this turn's answer (StartAnswer / AssistantMessage)."""
+        return self.turn.answer_id
 
     def stop(self, ack: tuple[str, int] | None = None) -> None:
-        """Stop generating (the LLM stream is closed); ``ack`` is sent after the end."""
+        """Stop generating; ``ack`` is acknowledged after the answer is closed."""
         if ack is not None:
             self.acks.append(ack)
-        self.stopped = True
-        if self.generation is not None and not self.generation.done():
-            self.generation.cancel()
+        self.turn.stop()
 
 
 class Conversation:
@@ -220,6 +200,7 @@ class Conversation:
         self._sink = sink
         self._llm = llm
         self._tools = tools if settings.tools_enabled else None
+        self._turn_options = TurnOptions.from_settings(settings)
         self._speaker = speaker
         self._clock = clock
         self._stanza = StanzaCounter("server")
@@ -229,8 +210,8 @@ class Conversation:
         self._evicted = 0
         """|stanzaId| of the newest envelope pushed out of ``_kept`` (0: none yet)."""
         self._participants: dict[str, Participant] = {}
-        self._turns: list[_Turn] = []
-        self._history: list[_Exchange] = []
+        self._turns: list[_Running] = []
+        self._history: list[Exchange] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         features = [Feature.REASONING_STEPS, Feature.STREAMING]
@@ -560,20 +541,37 @@ class Conversation:
         """Run ``p``'s queued turns one after another while ``p`` is in the room."""
         while self._participants.get(p.identity) is p:
             request = await p.queue.get()
-            turn = _Turn(request, new_id(id_prefix.MESSAGE), SentenceStream())
-            self._turns.append(turn)
+            running = _Running(request, self._new_turn(request))
+            self._turns.append(running)
             try:
-                await self._run_turn(turn)
+                await self._run_turn(running)
             except Exception:  # keep serving this participant's next turns
                 logger.exception("turn runner failed", extra={"participant": p.identity})
             finally:
-                self._turns.remove(turn)
+                self._turns.remove(running)
 
-    def _find_turn(self, target: str | None, p: Participant) -> _Turn | None:
+    def _new_turn(self, request: TurnRequest) -> Turn:
+        history = self._history
+        if request.replaces is not None:
+            history = _before(history, request.replaces)
+        return Turn(
+            user_id=request.user_id,
+            text=request.text,
+            answer_id=new_id(id_prefix.MESSAGE),
+            llm=self._llm,
+            options=self._turn_options,
+            history=history,
+            tools=self._tools,
+            steps=self._steps,
+            seed=self._sink.last_step_index,
+            clock=self._clock,
+        )
+
+    def _find_turn(self, target: str | None, p: Participant) -> _Running | None:
         if target is not None:
-            for turn in reversed(self._turns):
-                if target in (turn.answer_id, turn.request.user_id):
-                    return turn
+            for running in reversed(self._turns):
+                if target in (running.answer_id, running.request.user_id):
+                    return running
             return None
         mine = [t for t in self._turns if t.request.requester == p.identity]
         if mine:
@@ -581,344 +579,140 @@ class Conversation:
         return self._turns[-1] if self._turns else None
 
     def _user_text(self, user_id: str) -> str | None:
-        for turn in self._turns:
-            if turn.request.user_id == user_id:
-                return turn.request.text
+        for running in self._turns:
+            if running.request.user_id == user_id:
+                return running.request.text
         for ex in reversed(self._history):
             if ex.user_id == user_id:
                 return ex.user_text
         return None
 
-    async def _run_turn(self, turn: _Turn) -> None:
-        request = turn.request
-        if request.replaces is not None:
-            self._history = _before(self._history, request.replaces)
-        turn.seed = asyncio.create_task(self._sink.last_step_index(request.user_id))
-        turn.generation = asyncio.create_task(self._generate(turn))
-        failure: ProtocolError | None = None
-        try:
-            await turn.generation
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not turn.stopped or (current is not None and current.cancelling()):
-                if turn.seed is not None:
-                    _discard(turn.seed)
-                raise
-        except openai.APIError as exc:
-            logger.warning("llm request failed", extra={"error": str(exc)})
-            failure = LLMUnavailable(f"the language model failed: {type(exc).__name__}")
-        except Exception:
-            logger.exception("turn failed")
-            failure = InternalError("the turn failed inside the worker")
-        await self._finish(turn, failure)
+    async def _run_turn(self, running: _Running) -> None:
+        if running.request.replaces is not None:
+            self._history = _before(self._history, running.request.replaces)
+        async with contextlib.aclosing(running.turn.events()) as events:
+            async for event in events:
+                await self._on_event(running, event)
 
-    async def _finish(self, turn: _Turn, failure: ProtocolError | None) -> None:
-        request = turn.request
-        if turn.seed is not None:
-            _discard(turn.seed)
-            turn.seed = None
-        if not turn.answer_open:
-            await self._open_answer(turn)
-        rest = turn.sentences.flush()
-        if turn.stream_form:
-            for text in rest[:-1]:
-                await self._sentence(turn, text, final=False)
-            await self._sentence(turn, rest[-1] if rest else "", final=True)
-        else:
-            for text in rest:
-                await self._sentence(turn, text, final=False)
-        complete = failure is None and not turn.stopped
-        answer = strip_reasoning("".join(turn.answer)).strip()
-        if turn.message_to:
+    async def _on_event(self, running: _Running, event: TurnEvent) -> None:
+        """One turn event as envelopes (see the module docstring)."""
+        if isinstance(event, SentenceReady):
+            await self._sentence(running, event.text, final=event.final)
+        elif isinstance(event, StepReady):
+            await self._step(running, event)
+        elif isinstance(event, AnswerStarted):
+            await self._open_answer(running)
+        elif isinstance(event, ToolRequested):
+            request = ToolUseRequest(
+                id=event.request_id,
+                tool_name=event.name,
+                parameters=event.parameters,
+                execution="server",
+                conversation_id=self.id,
+                previous_id=running.request.user_id,
+                timeout_ms=event.timeout_ms,
+            )
+            await self._send(request, self._clients(), everyone=True)
+        elif isinstance(event, ToolFinished):
+            outcome = event.outcome
+            result = ToolUseResult(
+                request_id=event.request_id,
+                success=outcome.success,
+                result=outcome.result,
+                error_code=outcome.error_code,
+                error_message=outcome.error_message,
+                id=new_id(id_prefix.TOOL_USE_RESULT),
+                conversation_id=self.id,
+            )
+            await self._send(result, self._clients(), everyone=True)
+        elif isinstance(event, TurnEnded):
+            await self._finish(running, event)
+        # AnswerDelta: the sentences carry the same text.
+
+    async def _finish(self, running: _Running, ended: TurnEnded) -> None:
+        request = running.request
+        if running.message_to:
             message = AssistantMessage(
-                id=turn.answer_id,
+                id=running.answer_id,
                 previous_id=request.user_id,
                 conversation_id=self.id,
-                content=answer,
-                state="complete" if complete else "partial",
+                content=ended.answer,
+                state="complete" if ended.status == "complete" else "partial",
             )
-            await self._send(message, turn.message_to, meta={META_MODEL: self._settings.llm_model})
-        self._history.append(_Exchange(request.user_id, request.text, turn.answer_id, answer))
+            await self._send(
+                message, running.message_to, meta={META_MODEL: self._settings.llm_model}
+            )
+        self._history.append(
+            Exchange(request.user_id, request.text, running.answer_id, ended.answer)
+        )
         del self._history[:-_HISTORY_LIMIT]
-        if failure is not None:
+        if ended.error is not None:
             p = self._participants.get(request.requester)
             if p is not None:
-                await self._error(p, failure, request.user_id)
-        for identity, stanza_id in turn.acks:
+                await self._error(p, ended.error, request.user_id)
+        for identity, stanza_id in running.acks:
             ack = Acknowledgement(
                 conversation_id=self.id,
                 acknowledged_stanza_id=stanza_id,
-                acknowledged_message_id=turn.answer_id,
+                acknowledged_message_id=running.answer_id,
             )
             await self._send(ack, [identity])
         logger.info(
             "turn finished",
             extra={
                 "conversation": self.id,
-                "steps": turn.steps,
-                "sentences": turn.sequence,
-                "stopped": turn.stopped,
+                "steps": ended.steps,
+                "sentences": running.sequence,
+                "stopped": ended.status == "stopped",
             },
         )
 
-    def _context(self, request: TurnRequest) -> list[dict[str, Any]]:
-        """System prompt, past user messages and answers (never reasoning), the new one."""
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": self._settings.system_prompt}
-        ]
-        keep = self._settings.history_turns
-        for ex in self._history[-keep:] if keep else ():
-            messages.append({"role": "user", "content": ex.user_text})
-            if ex.answer_text:
-                messages.append({"role": "assistant", "content": strip_reasoning(ex.answer_text)})
-        messages.append({"role": "user", "content": request.text})
-        return messages
-
-    async def _generate(self, turn: _Turn) -> None:
-        messages = self._context(turn.request)
-        rounds = self._settings.max_tool_rounds
-        schemas = self._tools.schemas() if self._tools is not None else None
-        for round_no in range(rounds + 1):
-            offer = schemas if round_no < rounds else None
-            turn.round_text.clear()
-            calls = await self._stream_round(turn, messages, offer)
-            if not calls or offer is None:
-                return
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "".join(turn.round_text) or None,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
-                        }
-                        for c in calls
-                    ],
-                }
-            )
-            for call in calls:
-                outcome = await self._run_tool(turn, call)
-                messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "content": outcome.for_llm()}
-                )
-
-    async def _stream_round(
-        self,
-        turn: _Turn,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-    ) -> list[_ToolCall]:
-        """One streamed completion: steps, answer text, and the tool calls it asks for."""
-        extractor = ReasoningExtractor(open_at_start=self._settings.llm_thinking_open)
-        segmenter = StepSegmenter(max_delay=self._settings.step_max_delay_s, clock=self._clock)
-        calls: dict[int, _ToolCall] = {}
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
-        deltas = stream_deltas(
-            self._llm,
-            model=self._settings.llm_model,
-            messages=cast("list[ChatCompletionMessageParam]", messages),
-            **extra,
+    async def _step(self, running: _Running, event: StepReady) -> None:
+        step = ReasoningStep(
+            id=new_id(id_prefix.REASONING_STEP),
+            conversation_id=self.id,
+            previous_id=running.request.user_id,
+            content=event.text,
+            step_index=event.index,
         )
-        async with (
-            contextlib.aclosing(deltas) as stream,
-            contextlib.aclosing(_paced(stream, segmenter.due, self._clock)) as it,
-        ):
-            async for delta in it:
-                if delta is None:  # the open step is due: cut it
-                    await self._steps_out(turn, segmenter.poll())
-                    continue
-                for tc in delta.get("tool_calls") or ():
-                    if isinstance(tc, dict):
-                        _merge_tool_call(calls, tc)
-                for part in extractor.feed(delta):
-                    await self._part(turn, part, segmenter)
-        for part in extractor.flush():
-            await self._part(turn, part, segmenter)
-        await self._steps_out(turn, segmenter.close())
-        found = [calls[i] for i in sorted(calls)]
-        for i, call in enumerate(found):
-            if not call.id:
-                call.id = f"call_{turn.answer_id}_{i}"
-        return found
+        meta = {META_CLOSED_AT: event.closed_ns} if self._settings.timing_meta else None
+        to = [p.identity for p in self._participants.values() if p.active and p.show_reasoning]
+        await self._send(step, to, meta=meta)
 
-    async def _part(self, turn: _Turn, part: Reasoning | Answer, segmenter: StepSegmenter) -> None:
-        if isinstance(part, Reasoning):
-            await self._steps_out(turn, segmenter.push(part.text))
-            return
-        if not turn.answer_open:
-            await self._steps_out(turn, segmenter.close())
-            await self._open_answer(turn)
-        turn.answer.append(part.text)
-        turn.round_text.append(part.text)
-        for text in turn.sentences.push(part.text):
-            await self._sentence(turn, text, final=False)
-
-    async def _steps_out(self, turn: _Turn, texts: list[str]) -> None:
-        if not texts:
-            return
-        closed = time.monotonic_ns()
-        user_id = turn.request.user_id
-        if turn.seed is not None:
-            seed, turn.seed = turn.seed, None
-            try:
-                async with asyncio.timeout(_SEED_TIMEOUT_S):
-                    last = await seed
-            except Exception:
-                logger.warning("stored step index unavailable", extra={"previous_id": user_id})
-                last = 0
-            self._steps.seed(user_id, max(last, self._steps.last_index(user_id)))
-        meta = {META_CLOSED_AT: closed} if self._settings.timing_meta else None
-        for text in texts:
-            step = ReasoningStep(
-                id=new_id(id_prefix.REASONING_STEP),
-                conversation_id=self.id,
-                previous_id=user_id,
-                content=text,
-                step_index=self._steps.next_index(user_id),
-            )
-            turn.steps += 1
-            to = [p.identity for p in self._participants.values() if p.active and p.show_reasoning]
-            await self._send(step, to, meta=meta)
-
-    async def _open_answer(self, turn: _Turn) -> None:
-        turn.answer_open = True
+    async def _open_answer(self, running: _Running) -> None:
         active = [p for p in self._participants.values() if p.active]
-        turn.streaming_to = [p.identity for p in active if p.streaming]
-        turn.message_to = [p.identity for p in active if not p.streaming]
-        turn.stream_form = bool(turn.streaming_to) or not turn.message_to
-        if turn.stream_form:
+        running.streaming_to = [p.identity for p in active if p.streaming]
+        running.message_to = [p.identity for p in active if not p.streaming]
+        running.stream_form = bool(running.streaming_to) or not running.message_to
+        if running.stream_form:
             start = StartAnswer(
-                id=turn.answer_id,
-                previous_id=turn.request.user_id,
+                id=running.answer_id,
+                previous_id=running.request.user_id,
                 conversation_id=self.id,
                 answer_type="text+voice" if self._speaker is not None else "text",
             )
-            await self._send(start, turn.streaming_to, meta={META_MODEL: self._settings.llm_model})
+            await self._send(
+                start, running.streaming_to, meta={META_MODEL: self._settings.llm_model}
+            )
 
-    async def _sentence(self, turn: _Turn, text: str, *, final: bool) -> None:
+    async def _sentence(self, running: _Running, text: str, *, final: bool) -> None:
         if text and self._speaker is not None:
             self._speaker.say(text)
-        if not turn.stream_form:
+        if not running.stream_form:
             return
-        turn.sequence += 1
+        running.sequence += 1
         sentence = AssistantSentence(
             id=new_id(id_prefix.SENTENCE),
-            previous_id=turn.answer_id,
+            previous_id=running.answer_id,
             conversation_id=self.id,
-            sequence=turn.sequence,
+            sequence=running.sequence,
             text=text,
             is_final=True if final else None,
         )
-        await self._send(sentence, turn.streaming_to)
-
-    async def _run_tool(self, turn: _Turn, call: _ToolCall) -> Outcome:
-        assert self._tools is not None
-        request_id = new_id(id_prefix.TOOL_USE)
-        try:
-            arguments = parse_arguments(call.arguments)
-            bad: ToolError | None = None
-        except ToolError as exc:
-            arguments, bad = {}, exc
-        request = ToolUseRequest(
-            id=request_id,
-            tool_name=call.name or "unnamed",
-            parameters=arguments if bad is None else {"raw": call.arguments},
-            execution="server",
-            conversation_id=self.id,
-            previous_id=turn.request.user_id,
-            timeout_ms=self._tools.timeout_ms(call.name),
-        )
-        await self._send(request, self._clients(), everyone=True)
-        if bad is not None:
-            outcome = Outcome(False, error_code=bad.code, error_message=str(bad))
-        else:
-            outcome = await self._tools.call(call.name, arguments)
-        result = ToolUseResult(
-            request_id=request_id,
-            success=outcome.success,
-            result=outcome.result,
-            error_code=outcome.error_code,
-            error_message=outcome.error_message,
-            id=new_id(id_prefix.TOOL_USE_RESULT),
-            conversation_id=self.id,
-        )
-        await self._send(result, self._clients(), everyone=True)
-        return outcome
+        await self._send(sentence, running.streaming_to)
 
 
-T = TypeVar("T")
-
-
-async def _paced(
-    stream: AsyncIterator[T],
-    due: Callable[[], float | None],
-    clock: Callable[[], float],
-) -> AsyncGenerator[T | None, None]:
-    """The stream's chunks, with ``None`` whenever ``due()`` passes while waiting.
-
-    The pending read is never cancelled by a timeout (that would break the HTTP stream);
-    it is only cancelled when the consumer stops iterating.
-    """
-    pending: asyncio.Task[T] | None = None
-    try:
-        while True:
-            deadline = due()
-            if deadline is None and pending is None:
-                try:
-                    yield await anext(stream)
-                except StopAsyncIteration:
-                    return
-                continue
-            if pending is None:
-                pending = asyncio.ensure_future(anext(stream))
-            timeout = None if deadline is None else max(0.0, deadline - clock())
-            done, _ = await asyncio.wait((pending,), timeout=timeout)
-            if not done:
-                yield None
-                if due() == deadline and deadline is not None and deadline <= clock():
-                    await asyncio.sleep(0.001)  # the cut made no progress: do not spin
-                continue
-            task, pending = pending, None
-            try:
-                chunk = task.result()
-            except StopAsyncIteration:
-                return
-            yield chunk
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-
-
-def _merge_tool_call(calls: dict[int, _ToolCall], tc: dict[str, Any]) -> None:
-    """Fold one streamed tool-call fragment (a delta's ``tool_calls`` item) into ``calls``."""
-    index = tc.get("index")
-    call = calls.setdefault(index if isinstance(index, int) else 0, _ToolCall())
-    if isinstance(tc_id := tc.get("id"), str) and tc_id:
-        call.id = tc_id
-    function = tc.get("function")
-    if isinstance(function, dict):
-        name = function.get("name")
-        if isinstance(name, str) and name and not call.name:
-            call.name = name
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            call.arguments += arguments
-
-
-def _discard(task: asyncio.Task[Any]) -> None:
-    """Cancel ``task`` if it still runs, else retrieve its outcome (no "never retrieved")."""
-    if task.done():
-        if not task.cancelled():
-            task.exception()
-    else:
-        task.cancel()
-
-
-def _before(history: list[_Exchange], user_id: str) -> list[_Exchange]:
+def _before(history: list[Exchange], user_id: str) -> list[Exchange]:
     """History up to (not including) the exchange of ``user_id``; unchanged if absent."""
     for i, ex in enumerate(history):
         if ex.user_id == user_id:

@@ -1,4 +1,4 @@
-"""``python -m agent.stats`` / ``alicia-stats``: the analytics views as tables or JSON.
+"""``python -m agent.storage.stats`` / ``alicia-stats``: the analytics views as tables or JSON.
 
 Reads the views created by migration ``0002`` (see ``migrations/versions``)::
 
@@ -92,8 +92,8 @@ async def fetch(
     """Run the named reports against ``url``; raises :class:`agent.storage.StorageError`."""
     from sqlalchemy import text
 
-    from ._db import create_engine, is_sqlite
-    from .storage import map_error
+    from .engine import create_engine, is_sqlite
+    from .writer import map_error
 
     params: dict[str, Any] = {"limit": limit}
     if days is not None:
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("alicia-stats: no database: pass --database-url or set DATABASE_URL", file=sys.stderr)
         return 2
     names = list(dict.fromkeys(args.reports)) or list(REPORTS)
-    from .storage import StorageError
+    from .writer import StorageError
 
     try:
         reports = asyncio.run(fetch(url, names, limit=args.limit, days=args.days))

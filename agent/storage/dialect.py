@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from ._rows import Rows, join_sentences
+from .rows import Rows, join_sentences
 from .tables import conversations as CONVERSATIONS
 from .tables import messages as MESSAGES
 from .tables import reasoning_steps as STEPS

@@ -15,7 +15,7 @@ raises ``openai.APIError``; a broken or timed-out connection ``openai.APIConnect
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -78,11 +78,15 @@ class SSEDecoder:
 
 
 async def stream_deltas(
-    llm: openai.AsyncOpenAI, **params: Any
+    llm: openai.AsyncOpenAI,
+    *,
+    on_usage: Callable[[dict[str, Any]], None] | None = None,
+    **params: Any,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """``chat.completions.create(stream=True, **params)``: each chunk's first choice delta.
 
-    Chunks without choices (usage-only chunks) are skipped.
+    Chunks without choices (usage-only chunks) yield nothing; a chunk's ``usage`` object,
+    when there is one, is handed to ``on_usage``.
     """
     async with llm.chat.completions.with_streaming_response.create(
         stream=True, **params
@@ -120,6 +124,9 @@ async def stream_deltas(
                         request,
                         body=error if error else payload,
                     )
+                usage = payload.get("usage")
+                if on_usage is not None and isinstance(usage, dict):
+                    on_usage(usage)
                 choices = payload.get("choices")
                 if isinstance(choices, list) and choices and isinstance(choices[0], dict):
                     delta = choices[0].get("delta")

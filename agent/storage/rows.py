@@ -34,7 +34,7 @@ from protocol import (
     UserMessage,
 )
 
-from ._spill import Item
+from .spill import Item
 
 __all__ = ["Rows", "build_rows", "join_sentences"]
 

@@ -21,13 +21,14 @@ import openai
 from livekit import api, rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
 
+from agent.engine.conversation import Conversation
+from agent.engine.sink import NullSink, StepSink
+from agent.engine.tools import default_tools
+from agent.settings import Settings, load
+
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
-from .settings import Settings, load
-from .sink import NullSink, StepSink
-from .tools import default_tools
 from .transport import RoomTransport
-from .turns import Conversation
 
 __all__ = ["build_server", "entrypoint"]
 
@@ -95,7 +96,7 @@ async def open_sink(url: str | None) -> StepSink:
     """The storage sink for ``url`` (None: persistence off)."""
     if not url:
         return NullSink()
-    from .storage import open_sink as open_storage  # SQLAlchemy only when storing
+    from agent.storage.writer import open_sink as open_storage  # SQLAlchemy only when storing
 
     return await open_storage(url)
 
@@ -116,7 +117,7 @@ async def entrypoint(ctx: JobContext) -> None:
 
 
 def _on_shared_loop(settings: Settings) -> bool:
-    """Whether rooms run on the process's shared room loop (agent/room_loop.py).
+    """Whether rooms run on the process's shared room loop (agent/rooms/room_loop.py).
 
     With the thread executor every room of the worker is in this process; text rooms then
     share one event loop. Voice rooms stay on their job's loop: livekit-agents' audio I/O

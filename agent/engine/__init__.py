@@ -1,0 +1,18 @@
+"""The turn engine: the Alicia protocol for one conversation, with no transport in it.
+
+* ``turn.py``: :class:`~agent.engine.turn.Turn` runs ONE turn (context, LLM rounds, tool
+  calls) and yields typed :mod:`~agent.engine.events` (step ready, answer started, answer
+  text and sentences, tool requested and finished, turn ended).
+* ``conversation.py``: :class:`~agent.engine.conversation.Conversation` is one
+  conversation: participants, handshake, routing, stop and variation, replay. It turns
+  turn events into envelopes.
+* ``participants.py``: per-participant state (features, stanza order, rate limits, queue)
+  and the errors the engine reports to clients.
+* ``tools.py``: the server-executed function tools.
+* Ports, owned here and implemented by the layers around it: ``transport.py``
+  (:class:`~agent.engine.transport.Transport`, implemented by front ends) and ``sink.py``
+  (:class:`~agent.engine.sink.StepSink`, implemented by ``agent/storage``).
+
+Imports nothing from ``livekit``, no front end and no storage implementation (pinned by
+``tests/test_layers.py``).
+"""

@@ -1,0 +1,64 @@
+"""The transport port: how a conversation reaches the participants it talks to.
+
+:class:`Transport` is the interface :class:`~agent.engine.conversation.Conversation`
+sees: ``send`` bytes to some participants, iterate incoming packets (and departures),
+``aclose``. One envelope is one packet; the transport neither encodes nor decodes.
+Front ends implement it: ``agent.rooms.transport.RoomTransport`` on a LiveKit room;
+``tests/fakes.py`` has an in-memory one.
+
+Exception tree::
+
+    Exception
+    └── TransportError   a send failed (LiveKit's error is the cause, or its text)
+
+Using a closed transport, or opening one twice, raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Incoming", "Left", "Packet", "Transport", "TransportError"]
+
+
+class TransportError(Exception):
+    """Sending failed; the front end's own error is chained as ``__cause__``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Packet:
+    """One data packet received from ``sender`` (a participant identity)."""
+
+    sender: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """``identity`` left the room: forget its state."""
+
+    identity: str
+
+
+Incoming = Packet | Left
+
+
+class Transport(Protocol):
+    """Packets to and from the participants of one room."""
+
+    async def send(self, data: bytes, *, to: Sequence[str] | None = None) -> None:
+        """Send one packet reliably to the identities in ``to`` (``None``: everyone).
+
+        Raises :class:`TransportError` if it could not be sent.
+        """
+        ...
+
+    def __aiter__(self) -> AsyncIterator[Incoming]:
+        """Incoming packets and departures, in arrival order; ends when the room closes."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop receiving; iteration ends."""
+        ...

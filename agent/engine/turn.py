@@ -1,0 +1,469 @@
+"""One turn: the user's message in, typed events out. No transport, no protocol envelopes.
+
+:meth:`Turn.events` builds the chat context (system prompt, past user messages and
+answers, never reasoning), streams the LLM (OpenAI-compatible, ``stream=True``) and
+yields :mod:`~agent.engine.events` as the text arrives:
+
+1. each delta goes through :class:`~agent.llm.reasoning.ReasoningExtractor`; reasoning
+   text goes through :class:`~agent.llm.segmenter.StepSegmenter` and leaves as
+   :class:`~agent.engine.events.StepReady` (``stepIndex`` from the conversation's
+   :class:`~protocol.StepTracker`, seeded once from storage);
+2. tool calls close the open step, are announced (``ToolRequested``), run by the
+   :class:`~agent.engine.tools.ToolBox`, reported (``ToolFinished``) and fed back to the
+   LLM for another round (at most ``max_tool_rounds`` rounds offer tools);
+3. answer text opens the answer (``AnswerStarted``) and leaves as ``AnswerDelta`` and,
+   sentence by sentence, ``SentenceReady``;
+4. the turn ends with ``TurnEnded`` (complete, stopped or failed, with usage).
+
+:meth:`Turn.stop` may be called from any task: the LLM stream or running tool is
+abandoned at once and the turn still ends properly (the answer so far, ``stopped``).
+A stop that arrives while the consumer is busy with an event takes effect when it asks
+for the next one, so the consumer never sees a cancellation of its own work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar, cast
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor, strip_reasoning
+from agent.llm.segmenter import StepSegmenter
+from agent.llm.sentences import SentenceStream
+from agent.llm.stream import stream_deltas
+from agent.settings import Settings
+from protocol import ProtocolError, StepTracker, new_id
+from protocol import ids as id_prefix
+
+from .events import (
+    AnswerDelta,
+    AnswerStarted,
+    SentenceReady,
+    StepReady,
+    ToolFinished,
+    ToolRequested,
+    TurnEnded,
+    TurnEvent,
+    TurnStatus,
+    Usage,
+)
+from .participants import InternalError, LLMUnavailable
+from .tools import Outcome, ToolBox, ToolError, parse_arguments
+
+__all__ = ["Exchange", "Turn", "TurnOptions"]
+
+logger = logging.getLogger("alicia.turn")
+
+_SEED_TIMEOUT_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnOptions:
+    """How turns talk to the model (a subset of :class:`~agent.settings.Settings`)."""
+
+    model: str
+    """Model name sent with each request."""
+    system_prompt: str
+    """The system message of every request."""
+    history_turns: int = 20
+    """Past user/answer pairs sent to the LLM (answers only; never reasoning)."""
+    max_tool_rounds: int = 4
+    """LLM calls per turn that may end in tool calls."""
+    thinking_open: bool = False
+    """The model's output starts inside reasoning (only ``</think>`` appears)."""
+    step_max_delay_s: float = 1.0
+    """Seconds an open reasoning step may wait before it is cut."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TurnOptions:
+        """The options a worker configured with ``settings`` uses."""
+        return cls(
+            model=settings.llm_model,
+            system_prompt=settings.system_prompt,
+            history_turns=settings.history_turns,
+            max_tool_rounds=settings.max_tool_rounds,
+            thinking_open=settings.llm_thinking_open,
+            step_max_delay_s=settings.step_max_delay_s,
+        )
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One past turn as the model sees it: the user's text and the answer (no reasoning)."""
+
+    user_id: str
+    user_text: str
+    answer_id: str
+    answer_text: str
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class Turn:
+    """One turn for the user message ``user_id``; iterate :meth:`events` once."""
+
+    def __init__(
+        self,
+        *,
+        user_id: str,
+        text: str,
+        answer_id: str,
+        llm: openai.AsyncOpenAI,
+        options: TurnOptions,
+        history: Sequence[Exchange] = (),
+        tools: ToolBox | None = None,
+        steps: StepTracker | None = None,
+        seed: Callable[[str], Awaitable[int]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare the turn; nothing runs until :meth:`events` is iterated.
+
+        ``steps`` numbers the steps (shared by the conversation, so a regenerated
+        message continues its chain); ``seed`` returns the highest stored index of a
+        chain, awaited (at most 1 s) before the first step is numbered.
+        """
+        self.user_id = user_id
+        self.text = text
+        self.answer_id = answer_id
+        self._llm = llm
+        self._options = options
+        self._history = list(history)
+        self._tools = tools
+        self._steps = steps if steps is not None else StepTracker()
+        self._seed_fn = seed
+        self._seed: asyncio.Task[int] | None = None
+        self._clock = clock
+        self._sentences = SentenceStream()
+        self._answer: list[str] = []
+        self._round_text: list[str] = []
+        self._answer_open = False
+        self._step_count = 0
+        self._usage: Usage | None = None
+        self._stopped = False
+        self._started = False
+        self._inside = False
+        """The generator is running its own awaits (not suspended at a ``yield``)."""
+        self._task: asyncio.Task[Any] | None = None
+        self._cancels = 0
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called."""
+        return self._stopped
+
+    def stop(self) -> None:
+        """End the turn early: the stream and any running tool are abandoned. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._inside and self._task is not None and not self._task.done():
+            self._cancels += 1
+            self._task.cancel()
+
+    async def events(self) -> AsyncGenerator[TurnEvent, None]:
+        """Run the turn, yielding its events; the last one is :class:`TurnEnded`."""
+        if self._started:
+            raise RuntimeError("a Turn runs once")
+        self._started = True
+        self._task = asyncio.current_task()
+        status: TurnStatus = "complete"
+        error: ProtocolError | None = None
+        if self._seed_fn is not None:
+            self._seed = asyncio.ensure_future(self._seed_fn(self.user_id))
+        try:
+            if self._stopped:
+                status = "stopped"
+            else:
+                self._inside = True
+                async with contextlib.aclosing(self._rounds()) as rounds:
+                    async for event in rounds:
+                        self._inside = False
+                        yield event
+                        self._inside = True
+                        if self._stopped:
+                            status = "stopped"
+                            break
+        except asyncio.CancelledError:
+            if not self._own_cancel():
+                raise
+            status = "stopped"
+        except openai.APIError as exc:
+            logger.warning("llm request failed", extra={"error": str(exc)})
+            status, error = (
+                "failed",
+                LLMUnavailable(f"the language model failed: {type(exc).__name__}"),
+            )
+        except Exception:
+            logger.exception("turn failed")
+            status, error = "failed", InternalError("the turn failed inside the worker")
+        finally:
+            self._inside = False
+            if self._seed is not None:
+                _discard(self._seed)
+                self._seed = None
+        for event in self._tail(status, error):
+            yield event
+
+    def _own_cancel(self) -> bool:
+        """A CancelledError came from :meth:`stop` only: swallow it (uncancel)."""
+        task = self._task
+        if not self._stopped or task is None:
+            return False
+        if task.cancelling() > self._cancels:
+            return False  # someone else cancels too: let it through
+        while self._cancels:
+            task.uncancel()
+            self._cancels -= 1
+        return True
+
+    def _tail(self, status: TurnStatus, error: ProtocolError | None) -> list[TurnEvent]:
+        out: list[TurnEvent] = []
+        if not self._answer_open:
+            self._answer_open = True
+            out.append(AnswerStarted())
+        rest = self._sentences.flush()
+        out.extend(SentenceReady(text) for text in rest[:-1])
+        out.append(SentenceReady(rest[-1] if rest else "", final=True))
+        answer = strip_reasoning("".join(self._answer)).strip()
+        out.append(TurnEnded(status, answer, self._step_count, self._usage, error))
+        return out
+
+    # -- the model ------------------------------------------------------------------
+
+    def _context(self) -> list[dict[str, Any]]:
+        """System prompt, past user messages and answers (never reasoning), the new one."""
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": self._options.system_prompt}
+        ]
+        keep = self._options.history_turns
+        for ex in self._history[-keep:] if keep else ():
+            messages.append({"role": "user", "content": ex.user_text})
+            if ex.answer_text:
+                messages.append({"role": "assistant", "content": strip_reasoning(ex.answer_text)})
+        messages.append({"role": "user", "content": self.text})
+        return messages
+
+    async def _rounds(self) -> AsyncGenerator[TurnEvent, None]:
+        messages = self._context()
+        rounds = self._options.max_tool_rounds
+        schemas = self._tools.schemas() if self._tools is not None else None
+        for round_no in range(rounds + 1):
+            offer = schemas if round_no < rounds else None
+            self._round_text.clear()
+            calls: list[_ToolCall] = []
+            async for event in self._stream_round(messages, offer, calls):
+                yield event
+            if not calls or offer is None:
+                return
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "".join(self._round_text) or None,
+                    "tool_calls": [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments},
+                        }
+                        for c in calls
+                    ],
+                }
+            )
+            for call in calls:
+                outcome: Outcome | None = None
+                async for event in self._run_tool(call):
+                    if isinstance(event, ToolFinished):
+                        outcome = event.outcome
+                    yield event
+                assert outcome is not None
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": outcome.for_llm()}
+                )
+
+    async def _stream_round(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        found: list[_ToolCall],
+    ) -> AsyncGenerator[TurnEvent, None]:
+        """One streamed completion: steps and answer text; its tool calls go to ``found``."""
+        extractor = ReasoningExtractor(open_at_start=self._options.thinking_open)
+        segmenter = StepSegmenter(max_delay=self._options.step_max_delay_s, clock=self._clock)
+        calls: dict[int, _ToolCall] = {}
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        deltas = stream_deltas(
+            self._llm,
+            model=self._options.model,
+            messages=cast("list[ChatCompletionMessageParam]", messages),
+            on_usage=self._add_usage,
+            **extra,
+        )
+        async with (
+            contextlib.aclosing(deltas) as stream,
+            contextlib.aclosing(_paced(stream, segmenter.due, self._clock)) as it,
+        ):
+            async for delta in it:
+                if delta is None:  # the open step is due: cut it
+                    for event in await self._steps_out(segmenter.poll()):
+                        yield event
+                    continue
+                for tc in delta.get("tool_calls") or ():
+                    if isinstance(tc, dict):
+                        _merge_tool_call(calls, tc)
+                for part in extractor.feed(delta):
+                    for event in await self._part(part, segmenter):
+                        yield event
+        for part in extractor.flush():
+            for event in await self._part(part, segmenter):
+                yield event
+        for event in await self._steps_out(segmenter.close()):
+            yield event
+        found.extend(calls[i] for i in sorted(calls))
+        for i, call in enumerate(found):
+            if not call.id:
+                call.id = f"call_{self.answer_id}_{i}"
+
+    def _add_usage(self, usage: dict[str, Any]) -> None:
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        self._usage = (self._usage or Usage()) + Usage(
+            _int(usage.get("prompt_tokens")),
+            _int(usage.get("completion_tokens")),
+            _int(reasoning),
+        )
+
+    async def _part(self, part: Reasoning | Answer, segmenter: StepSegmenter) -> list[TurnEvent]:
+        if isinstance(part, Reasoning):
+            return await self._steps_out(segmenter.push(part.text))
+        out: list[TurnEvent] = []
+        if not self._answer_open:
+            out.extend(await self._steps_out(segmenter.close()))
+            self._answer_open = True
+            out.append(AnswerStarted())
+        self._answer.append(part.text)
+        self._round_text.append(part.text)
+        out.append(AnswerDelta(part.text))
+        out.extend(SentenceReady(text) for text in self._sentences.push(part.text))
+        return out
+
+    async def _steps_out(self, texts: list[str]) -> list[TurnEvent]:
+        if not texts:
+            return []
+        closed = time.monotonic_ns()
+        if self._seed is not None:
+            seed, self._seed = self._seed, None
+            try:
+                async with asyncio.timeout(_SEED_TIMEOUT_S):
+                    last = await seed
+            except Exception:
+                logger.warning("stored step index unavailable", extra={"previous_id": self.user_id})
+                last = 0
+            self._steps.seed(self.user_id, max(last, self._steps.last_index(self.user_id)))
+        self._step_count += len(texts)
+        return [StepReady(text, self._steps.next_index(self.user_id), closed) for text in texts]
+
+    async def _run_tool(self, call: _ToolCall) -> AsyncIterator[TurnEvent]:
+        assert self._tools is not None
+        request_id = new_id(id_prefix.TOOL_USE)
+        try:
+            arguments = parse_arguments(call.arguments)
+            bad: ToolError | None = None
+        except ToolError as exc:
+            arguments, bad = {}, exc
+        yield ToolRequested(
+            request_id=request_id,
+            name=call.name or "unnamed",
+            parameters=arguments if bad is None else {"raw": call.arguments},
+            timeout_ms=self._tools.timeout_ms(call.name),
+        )
+        if bad is not None:
+            outcome = Outcome(False, error_code=bad.code, error_message=str(bad))
+        else:
+            outcome = await self._tools.call(call.name, arguments)
+        yield ToolFinished(request_id, outcome)
+
+
+T = TypeVar("T")
+
+
+async def _paced(
+    stream: AsyncIterator[T],
+    due: Callable[[], float | None],
+    clock: Callable[[], float],
+) -> AsyncGenerator[T | None, None]:
+    """The stream's chunks, with ``None`` whenever ``due()`` passes while waiting.
+
+    The pending read is never cancelled by a timeout (that would break the HTTP stream);
+    it is only cancelled when the consumer stops iterating.
+    """
+    pending: asyncio.Task[T] | None = None
+    try:
+        while True:
+            deadline = due()
+            if deadline is None and pending is None:
+                try:
+                    yield await anext(stream)
+                except StopAsyncIteration:
+                    return
+                continue
+            if pending is None:
+                pending = asyncio.ensure_future(anext(stream))
+            timeout = None if deadline is None else max(0.0, deadline - clock())
+            done, _ = await asyncio.wait((pending,), timeout=timeout)
+            if not done:
+                yield None
+                if due() == deadline and deadline is not None and deadline <= clock():
+                    await asyncio.sleep(0.001)  # the cut made no progress: do not spin
+                continue
+            task, pending = pending, None
+            try:
+                chunk = task.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+
+
+def _merge_tool_call(calls: dict[int, _ToolCall], tc: dict[str, Any]) -> None:
+    """Fold one streamed tool-call fragment (a delta's ``tool_calls`` item) into ``calls``."""
+    index = tc.get("index")
+    call = calls.setdefault(index if isinstance(index, int) else 0, _ToolCall())
+    if isinstance(tc_id := tc.get("id"), str) and tc_id:
+        call.id = tc_id
+    function = tc.get("function")
+    if isinstance(function, dict):
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call.arguments += arguments
+
+
+def _discard(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs, else retrieve its outcome (no "never retrieved")."""
+    if task.done():
+        if not task.cancelled():
+            task.exception()
+    else:
+        task.cancel()
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

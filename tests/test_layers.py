@@ -1,0 +1,155 @@
+"""The layout is the architecture: which package may import which, checked two ways.
+
+* Statically: every ``import`` in a layer's modules (also the ones inside functions) is
+  read with ``ast`` and checked against what the layer may not import.
+* Dynamically: each layer's modules are all imported in a fresh interpreter where
+  ``livekit`` (and, for the engine, the front ends and storage) cannot be imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "protocol": ("livekit", "agent", "sqlalchemy", "openai"),
+    "agent/llm": ("livekit", "agent.engine", "agent.rooms", "agent.storage", "protocol.codec"),
+    "agent/engine": ("livekit", "agent.rooms", "agent.storage", "sqlalchemy"),
+    "agent/storage": ("livekit", "agent.rooms", "agent.llm"),
+}
+"""Layer folder -> module prefixes none of its modules may import."""
+
+ALLOWED_FROM_ENGINE_IN_STORAGE = ("agent.engine.sink",)
+"""Storage implements the engine's sink port; it may import that port and nothing else."""
+
+
+def _modules(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[str]:
+    """Absolute names of everything ``path`` imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = _dotted(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[: len(package) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names.append(base)
+            names.extend(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _matches(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_no_module_of_a_layer_imports_what_the_layer_may_not(layer: str) -> None:
+    modules = _modules(layer)
+    assert modules, f"no modules under {layer}"
+    bad: list[str] = []
+    for path in modules:
+        for name in _imports(path):
+            if layer == "agent/storage" and any(
+                _matches(name, ok) for ok in ALLOWED_FROM_ENGINE_IN_STORAGE
+            ):
+                continue
+            if layer == "agent/storage" and _matches(name, "agent.engine"):
+                bad.append(f"{path.relative_to(ROOT)}: {name}")
+            bad.extend(
+                f"{path.relative_to(ROOT)}: {name}"
+                for prefix in FORBIDDEN[layer]
+                if _matches(name, prefix)
+            )
+    assert bad == []
+
+
+def test_the_static_check_sees_a_forbidden_import() -> None:
+    """The checker itself can fail: a livekit import, a relative one, one in a function."""
+    sample = ROOT / "agent" / "engine" / "_layer_probe.py"
+    sample.write_text(
+        "from livekit import rtc\nfrom ..rooms import worker\n"
+        "def f() -> None:\n    import agent.storage.writer\n"
+    )
+    try:
+        names = _imports(sample)
+    finally:
+        sample.unlink()
+    assert "livekit.rtc" in names
+    assert "agent.rooms.worker" in names
+    assert "agent.storage.writer" in names
+
+
+_BLOCKER = textwrap.dedent(
+    """
+    import importlib, importlib.abc, pkgutil, sys
+
+    BLOCKED = {blocked!r}
+
+    class Blocker(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+                raise ImportError(f"{{name}} is blocked in this layer test")
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    package = importlib.import_module({package!r})
+    loaded = [package.__name__]
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(info.name)
+        loaded.append(info.name)
+    leaked = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED))
+    assert not leaked, leaked
+    print(" ".join(loaded))
+    """
+)
+
+LOAD_WITHOUT: dict[str, tuple[str, ...]] = {
+    "protocol": ("livekit", "agent", "sqlalchemy"),
+    "agent.llm": ("livekit", "agent.engine", "agent.rooms", "agent.storage"),
+    "agent.engine": ("livekit", "agent.rooms", "agent.storage", "sqlalchemy"),
+    "agent.storage": ("livekit", "agent.rooms"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(LOAD_WITHOUT))
+def test_each_layer_loads_where_livekit_cannot_be_imported(package: str) -> None:
+    code = _BLOCKER.format(blocked=LOAD_WITHOUT[package], package=package)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = done.stdout.split()
+    expected = {_dotted(p) for p in _modules(package.replace(".", "/"))}
+    assert expected <= set(loaded), expected - set(loaded)
+
+
+def test_the_blocker_really_blocks_livekit() -> None:
+    code = _BLOCKER.format(blocked=("livekit",), package="agent.rooms")
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "livekit is blocked in this layer test" in done.stderr
