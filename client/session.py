@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 
 from livekit import rtc
 
+from agent.rooms.ffi_routing import stop_capturing_native_logs
 from protocol import (
     DATA_TOPIC,
     Configuration,
@@ -157,9 +158,15 @@ class ClientSession:
     # --- lifecycle ------------------------------------------------------------------
 
     async def connect(self, url: str, token: str, *, timeout: float = 15.0) -> None:  # noqa: ASYNC109
-        """Join the room at ``url`` with ``token``; :class:`ConnectError` on failure."""
+        """Join the room at ``url`` with ``token``; :class:`ConnectError` on failure.
+
+        The native library's log records stay native (stderr, ``RUST_LOG``): captured into
+        Python, a record still in flight when the interpreter exits makes a native thread
+        take the GIL during finalisation, which aborts the process (SIGABRT).
+        """
         if self._state != "new":
             raise RuntimeError(f"ClientSession cannot connect when {self._state}")
+        stop_capturing_native_logs()
         try:
             async with asyncio.timeout(timeout):
                 await self.room.connect(url, token)
