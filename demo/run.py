@@ -279,6 +279,9 @@ async def run(args: argparse.Namespace) -> int:
             **llm_env,
             "DATABASE_URL": db_url,
             "ALICIA_LOAD_THRESHOLD": os.environ.get("ALICIA_LOAD_THRESHOLD", "inf"),
+            # The worker's load is its own rooms, not this machine's CPU (which the demo's
+            # other processes share): livekit-server skips a worker at load >= 1.
+            "ALICIA_MAX_ROOMS": os.environ.get("ALICIA_MAX_ROOMS", "50"),
             "ALICIA_JOB_EXECUTOR": os.environ.get("ALICIA_JOB_EXECUTOR", "thread"),
             "PYTHONUNBUFFERED": "1",
         }

@@ -25,6 +25,7 @@ from tests.client_helpers import Script, scripted_agent
 pytestmark = pytest.mark.integration
 
 CLI = Path(sys.executable).with_name("alicia-client")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def token(server: LiveKitServer, room: str, identity: str = "alice") -> str:
@@ -252,7 +253,7 @@ async def test_cli_never_aborts_at_exit_after_a_failed_connect() -> None:
             "--exit-after",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            cwd=Path(__file__).resolve().parents[1],
+            cwd=ROOT,
         )
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode is not None
