@@ -1,0 +1,43 @@
+"""The README's "use it in your own agent" example runs as written (against the recorded LLM)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import textwrap
+from pathlib import Path
+
+from harness.recorded_llm import RecordedLLM
+from tests.worker_streams import combined_streams
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def example() -> str:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Use it in your own agent", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "no python example in the section"
+    return match.group(1)
+
+
+async def test_the_engine_example_runs_and_prints_steps_tool_answer_and_status(
+    tmp_path: Path,
+) -> None:
+    code = example()
+    assert "http://127.0.0.1:8000/v1" in code
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path / "s")) as llm:
+        source = code.replace("http://127.0.0.1:8000/v1", llm.base_url)
+        body = "async def _example() -> None:\n" + textwrap.indent(source, "    ")
+        namespace: dict[str, object] = {}
+        exec(compile(body, "README.md", "exec"), namespace)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            await namespace["_example"]()  # type: ignore[operator]
+        spec = llm.spec("calculator_tool_followup")
+    printed = out.getvalue()
+    assert "step 1: " in printed
+    assert "tool: calculator" in printed
+    assert "395" in spec.answer and "answer: " in printed
+    assert printed.rstrip().splitlines()[-1].startswith("complete Usage(")
