@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import re
 import textwrap
@@ -36,6 +37,7 @@ async def test_the_engine_example_runs_and_prints_steps_tool_answer_and_status(
         with contextlib.redirect_stdout(out):
             await namespace["_example"]()  # type: ignore[operator]
         spec = llm.spec("calculator_tool_followup")
+    gc.collect()  # a client the example forgot to close warns here, in this test
     printed = out.getvalue()
     assert "step 1: " in printed
     assert "tool: calculator" in printed
