@@ -122,6 +122,15 @@ class Settings:
     replay_keep: int = 200
     """``ALICIA_REPLAY_KEEP`` (default 200): server envelopes each conversation keeps in memory
     to re-send to a resuming client (PROTOCOL.md §4.9); a larger gap gets ErrorMessage 202."""
+    replay_max_bytes: int = 65536
+    """``ALICIA_REPLAY_MAX_BYTES`` (default 65536): bytes one resume may replay; a larger
+    gap gets ErrorMessage 202 (so a resume never amplifies a small request into megabytes)."""
+    resume_burst: int = 3
+    """``ALICIA_RESUME_BURST`` (default 3): resume Configurations one participant may send
+    in a burst; more are answered with ErrorMessage 504."""
+    resume_rate_per_s: float = 0.1
+    """``ALICIA_RESUME_RATE`` (default 0.1): resume Configurations per second one
+    participant may send once its burst is spent."""
     timing_meta: bool = False
     """``ALICIA_TIMING_META`` (default false): add ``meta.closedAtNs`` (``time.time_ns()``
     when the segmenter closed the step) to each ReasoningStep, for ``bench/latency.py``."""
@@ -174,6 +183,9 @@ class Settings:
             agent_name=r.text("ALICIA_AGENT_NAME", ""),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
+            replay_max_bytes=r.integer("ALICIA_REPLAY_MAX_BYTES", 65536, low=1),
+            resume_burst=r.integer("ALICIA_RESUME_BURST", 3, low=1),
+            resume_rate_per_s=r.number("ALICIA_RESUME_RATE", 0.1, low=0.001),
             timing_meta=r.flag("ALICIA_TIMING_META", False),
         )
         return settings

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.engine.transport import Incoming, Left, Packet, TransportError
+from agent.engine.transport import UNKNOWN_PEER, Incoming, Left, Packet, Peer, TransportError
 from protocol import Body, Envelope, StanzaCounter, decode, encode, envelope
 
 __all__ = ["FakeClient", "MemoryTransport", "RecordingSink", "Sent"]
@@ -55,9 +55,9 @@ class MemoryTransport:
             self._handler(item)
         self._changed.set()
 
-    def deliver(self, sender: str, data: bytes) -> None:
-        """A packet from ``sender`` arrives."""
-        self._queue.put_nowait(Packet(sender, data))
+    def deliver(self, sender: str, data: bytes, peer: Peer = UNKNOWN_PEER) -> None:
+        """A packet from ``sender`` (as the front end knows it: ``peer``) arrives."""
+        self._queue.put_nowait(Packet(sender, data, peer))
 
     def leave(self, identity: str) -> None:
         """``identity`` leaves the room."""
@@ -102,22 +102,29 @@ class MemoryTransport:
 class FakeClient:
     """One client identity talking through a :class:`MemoryTransport`."""
 
-    def __init__(self, transport: MemoryTransport, identity: str, conversation_id: str) -> None:
+    def __init__(
+        self,
+        transport: MemoryTransport,
+        identity: str,
+        conversation_id: str,
+        peer: Peer = UNKNOWN_PEER,
+    ) -> None:
         self.transport = transport
         self.identity = identity
         self.conversation_id = conversation_id
+        self.peer = peer
         self.counter = StanzaCounter("client")
 
     def send(self, body: Body, *, stanza_id: int | None = None) -> int:
         """Send ``body`` in the next envelope (or with ``stanza_id``); return the stanzaId."""
         sid = self.counter.next() if stanza_id is None else stanza_id
         env = envelope(body, stanza_id=sid, conversation_id=self.conversation_id)
-        self.transport.deliver(self.identity, encode(env))
+        self.transport.deliver(self.identity, encode(env), self.peer)
         return sid
 
     def send_raw(self, data: bytes) -> None:
         """Send arbitrary bytes."""
-        self.transport.deliver(self.identity, data)
+        self.transport.deliver(self.identity, data, self.peer)
 
     def inbox(self) -> list[Envelope[Any]]:
         """Everything this client received."""

@@ -442,7 +442,9 @@ class TestErrorBody:
         assert body.originating_id is None
 
     def test_error_codes_are_the_protocol_table(self) -> None:
-        assert {int(c) for c in ErrorCode} == {101, 102, 201, 202, 301, 304, 501, 503, 504}
+        spec = {101, 102, 201, 202, 301, 304, 501, 503, 504}
+        ours = {203, 204}  # protocol/DECISIONS.md: not permitted, duplicate id
+        assert {int(c) for c in ErrorCode} == spec | ours
         assert [int(s) for s in Severity] == [0, 1, 2, 3]
         assert int(MessageType.ERROR_MESSAGE) == 1
 

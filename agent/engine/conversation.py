@@ -23,8 +23,17 @@ events into envelopes:
   the Acknowledgements of the ControlStops that ended it.
 
 Reasoning never reaches answer text or speech and never goes back to the LLM. Every
-sent envelope and every valid received one is handed to the
-:class:`~agent.engine.sink.StepSink`.
+sent envelope is handed to the :class:`~agent.engine.sink.StepSink`; of what clients
+send, only accepted UserMessages (and the ControlStops that stopped a turn) are.
+
+Who may do what (one rule, :meth:`Conversation._may_act_for`): a participant may stop
+only turns it asked for and edit or regenerate only its own messages; a participant
+holding the operator grant (token attribute ``alicia.operator=true``, honoured only when
+it cannot update its own attributes) may do both for anyone. Refusals get ErrorMessage
+203 to the sender only. A UserMessage whose id the conversation already has gets 204.
+Types only the agent sends (ReasoningStep, answers, sentences, tool use, transcriptions)
+are refused from clients with 203 and never stored; packets from other agents in the
+room are ignored. Every refusal is counted in :attr:`Conversation.refused`.
 
 The last ``Settings.replay_keep`` sent envelopes are kept as sent (bytes, stanzaId,
 recipients). A client that resumes (Configuration naming this conversation with
@@ -44,7 +53,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections import deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
@@ -57,6 +66,7 @@ from protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,
+    AudioChunk,
     Body,
     Commentary,
     Configuration,
@@ -64,6 +74,7 @@ from protocol import (
     ControlVariation,
     DecodeError,
     Envelope,
+    ErrorMessage,
     Feature,
     OrderingError,
     ProtocolError,
@@ -95,7 +106,9 @@ from .events import (
     TurnEvent,
 )
 from .participants import (
+    DuplicateId,
     InvalidState,
+    NotPermitted,
     Overloaded,
     PacketTooLarge,
     Participant,
@@ -105,7 +118,7 @@ from .participants import (
 )
 from .sink import StepSink
 from .tools import ToolBox
-from .transport import Left, Packet, Transport, TransportError
+from .transport import Left, Packet, Peer, Transport, TransportError
 from .turn import Exchange, Turn, TurnOptions
 
 __all__ = ["META_CLOSED_AT", "META_MODEL", "Conversation", "Speaker"]
@@ -120,6 +133,23 @@ segmenter closed the step (CLOCK_MONOTONIC: comparable between processes on one 
 
 _HISTORY_LIMIT: Final = 200
 _MAX_REPLAY_GAP: Final = 1000
+_KNOWN_IDS: Final = 10_000
+"""Message ids remembered per conversation to refuse reuse (oldest forgotten first)."""
+_FROM_CLIENTS: Final = (
+    Configuration,
+    UserMessage,
+    ControlStop,
+    ControlVariation,
+    Commentary,
+    Acknowledgement,
+    AudioChunk,
+    ErrorMessage,
+    UnknownBody,
+)
+"""Body types a client may send (PROTOCOL.md §3: C→S or both). Everything else is
+server-only here: refused, counted, never stored. ToolUseResult counts as server-only
+because this worker delegates no tool to clients; an ErrorMessage from a client is
+logged, never answered (no error ping-pong)."""
 
 
 class Speaker(Protocol):
@@ -212,6 +242,10 @@ class Conversation:
         self._participants: dict[str, Participant] = {}
         self._turns: list[_Running] = []
         self._history: list[Exchange] = []
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        """Message ids of this conversation (user messages, answers), to refuse reuse."""
+        self.refused: Counter[str] = Counter()
+        """Incoming packets refused or dropped, by reason (for logs, metrics and tests)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
         features = [Feature.REASONING_STEPS, Feature.STREAMING]
@@ -269,7 +303,7 @@ class Conversation:
 
     # -- incoming packets -----------------------------------------------------------
 
-    def _participant(self, identity: str) -> Participant:
+    def _participant(self, identity: str, peer: Peer | None = None) -> Participant:
         p = self._participants.get(identity)
         if p is None:
             s = self._settings
@@ -279,12 +313,32 @@ class Conversation:
                 packets=TokenBucket(s.rate_per_s, s.rate_burst, clock=self._clock),
                 errors=TokenBucket(s.error_rate_per_s, s.error_burst, clock=self._clock),
                 queue=asyncio.Queue(maxsize=s.queue_size),
+                resumes=TokenBucket(s.resume_rate_per_s, s.resume_burst, clock=self._clock),
             )
             self._participants[identity] = p
+        if peer is not None:
+            p.peer = peer
         return p
 
+    def _refuse(self, reason: str, sender: str, **extra: object) -> None:
+        self.refused[reason] += 1
+        logger.info(
+            "input refused",
+            extra={"reason": reason, "participant": sender, "count": self.refused[reason], **extra},
+        )
+
+    def _remember(self, message_id: str) -> None:
+        self._ids[message_id] = None
+        self._ids.move_to_end(message_id)
+        while len(self._ids) > _KNOWN_IDS:
+            self._ids.popitem(last=False)
+
     async def _on_packet(self, packet: Packet) -> None:
-        p = self._participant(packet.sender)
+        if packet.peer.kind == "agent":
+            # Another agent (a second worker, a recorder): not a client of this one.
+            self._refuse("from_agent", packet.sender)
+            return
+        p = self._participant(packet.sender, packet.peer)
         if not p.packets.take():
             await self._error(p, Overloaded("too many packets: slow down"))
             return
@@ -309,8 +363,16 @@ class Conversation:
             return
         if env.conversation_id != self.id:
             env = msgspec.structs.replace(env, conversation_id=self.id)
+        if not isinstance(body, _FROM_CLIENTS):
+            # Only the agent sends these; one from a client is a forgery or a bug.
+            self._refuse("server_only_type", p.identity, type=int(env.type))
+            await self._error(
+                p,
+                NotPermitted(f"message type {int(env.type)} is sent by the agent only"),
+                _body_id(body),
+            )
+            return
         p.active = True
-        self._sink.submit(env)
         try:
             await self._dispatch(p, env)
         except ProtocolError as exc:
@@ -326,7 +388,7 @@ class Conversation:
         if isinstance(body, Configuration):
             await self._on_configuration(p, body)
         elif isinstance(body, UserMessage):
-            await self._on_user_message(p, body)
+            await self._on_user_message(p, env, body)
         elif isinstance(body, ControlStop):
             await self._on_stop(p, body, env.stanza_id)
         elif isinstance(body, ControlVariation):
@@ -340,6 +402,15 @@ class Conversation:
             await self._send(ack, [p.identity])
         elif isinstance(body, UnknownBody):
             logger.info("unknown message type skipped", extra={"type": body.type_code})
+        elif isinstance(body, ErrorMessage):
+            logger.info(
+                "client reported an error",
+                extra={
+                    "participant": p.identity,
+                    "code": body.code,
+                    "originating": body.originating_id,
+                },
+            )
         else:
             logger.debug("message type ignored", extra={"type": env.type})
 
@@ -356,6 +427,9 @@ class Conversation:
             p.configured = True
             await self._send(reply, [p.identity])
             return
+        if p.resumes is not None and not p.resumes.take():
+            self._refuse("resume_rate", p.identity)
+            raise Overloaded("too many resume requests: slow down")
         async with self._send_lock:  # nothing else goes out between the replies and the replay
             last = abs(self._stanza.last)
             if seen > last:
@@ -372,6 +446,13 @@ class Conversation:
                 and (k.to is None or p.identity in k.to)
                 and (p.show_reasoning or not k.reasoning)
             ]
+            size = sum(len(k.data) for k in replay)
+            if size > self._settings.replay_max_bytes:
+                self._refuse("replay_budget", p.identity)
+                raise ReplayGap(
+                    f"cannot replay server messages after {seen}: {size} bytes missed, "
+                    f"over the {self._settings.replay_max_bytes}-byte replay budget"
+                )
             p.configured = True
             ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
             await self._emit(ack, [p.identity], None)
@@ -382,23 +463,44 @@ class Conversation:
             "resumed", extra={"participant": p.identity, "seen": seen, "replayed": len(replay)}
         )
 
-    async def _on_user_message(self, p: Participant, body: UserMessage) -> None:
+    async def _on_user_message(self, p: Participant, env: Envelope[Any], body: UserMessage) -> None:
+        if body.id in self._ids:
+            self._refuse("duplicate_id", p.identity)
+            raise DuplicateId(f"message id {body.id!r} is already used in this conversation")
         replaces = p.pending_edit
         if replaces is not None:
             p.pending_edit = None
             if p.edit_timer is not None:
                 p.edit_timer.cancel()
                 p.edit_timer = None
-        request = TurnRequest(body.id, body.content, p.identity, replaces=replaces)
-        await self._enqueue(p, request, body.id)
+        owner = self._owner(replaces) if replaces is not None else None
+        request = TurnRequest(body.id, body.content, owner or p.identity, replaces=replaces)
+        if await self._enqueue(p, request, body.id):
+            self._sink.submit(env)  # an accepted user message: the only client input stored
+
+    def _may_act_for(self, p: Participant, owner: str | None) -> bool:
+        """The one authorisation rule: own messages and turns, or the operator grant."""
+        return p.operator or (owner is not None and owner == p.identity)
 
     async def _on_stop(self, p: Participant, body: ControlStop, stanza_id: int) -> None:
         kind = body.stop_type or "generation"
-        if kind in ("speech", "all") and self._speaker is not None:
-            self._speaker.interrupt()
         turn = self._find_turn(body.target_id, p)
+        target_owner = self._owner(body.target_id) if body.target_id is not None else None
+        if body.target_id is not None:
+            owner = turn.request.requester if turn is not None else target_owner
+            if owner is None:
+                owner = self._queued_owner(body.target_id)
+            if owner is not None and not self._may_act_for(p, owner):
+                self._refuse("not_permitted", p.identity, action="stop")
+                raise NotPermitted(f"{body.target_id!r} is another participant's turn")
+        if kind in ("speech", "all") and self._speaker is not None:
+            speaking = self._turns[-1].request.requester if self._turns else self._last_owner()
+            if self._may_act_for(p, speaking):
+                self._speaker.interrupt()
         if kind in ("generation", "all") and turn is not None:
             turn.stop(ack=(p.identity, stanza_id))  # acknowledged once the answer is closed
+            stop = ControlStop(conversation_id=self.id, target_id=turn.answer_id, stop_type=kind)
+            self._sink.submit(self._accepted(stop, stanza_id))
             return
         notes = None if kind == "speech" else "nothing to stop"
         if kind != "speech" and body.target_id is not None:
@@ -412,11 +514,26 @@ class Conversation:
         )
         await self._send(ack, [p.identity])
 
+    def _accepted(self, body: ControlStop, stanza_id: int) -> Envelope[Any]:
+        """An authorised control message as the sink records it (direction: from a client)."""
+        return envelope(body, stanza_id=stanza_id, conversation_id=self.id)
+
+    def _queued_owner(self, user_id: str) -> str | None:
+        for other in self._participants.values():
+            request = other.find_queued(user_id)
+            if request is not None:
+                return request.requester
+        return None
+
     async def _on_variation(self, p: Participant, body: ControlVariation, stanza_id: int) -> None:
         target = body.target_id
         text = self._user_text(target)
         if text is None:
             raise InvalidState(f"no user message {target!r} in this conversation")
+        owner = self._owner(target)
+        if not self._may_act_for(p, owner):
+            self._refuse("not_permitted", p.identity, action=body.mode)
+            raise NotPermitted(f"{target!r} is another participant's message")
         for turn in self._turns:
             if turn.request.user_id == target:
                 turn.stop()
@@ -426,10 +543,11 @@ class Conversation:
             acknowledged_message_id=target,
         )
         await self._send(ack, [p.identity])
+        requester = owner or p.identity
         if body.mode == "regenerate":
-            await self._enqueue(p, TurnRequest(target, text, p.identity, replaces=target), None)
+            await self._enqueue(p, TurnRequest(target, text, requester, replaces=target), None)
         elif body.new_content is not None:
-            new = TurnRequest(new_id(id_prefix.MESSAGE), body.new_content, p.identity, target)
+            new = TurnRequest(new_id(id_prefix.MESSAGE), body.new_content, requester, target)
             await self._enqueue(p, new, None)
         else:
             p.pending_edit = target
@@ -528,20 +646,24 @@ class Conversation:
 
     # -- turns ----------------------------------------------------------------------
 
-    async def _enqueue(self, p: Participant, request: TurnRequest, origin: str | None) -> None:
+    async def _enqueue(self, p: Participant, request: TurnRequest, origin: str | None) -> bool:
+        """Queue ``request`` on ``p``'s runner; False (and 504 to ``p``) if the queue is full."""
         try:
             p.queue.put_nowait(request)
         except asyncio.QueueFull:
             await self._error(p, Overloaded(f"{p.queue.maxsize} turns already waiting"), origin)
-            return
+            return False
+        self._remember(request.user_id)
         if p.runner is None or p.runner.done():
             p.runner = asyncio.create_task(self._serve(p), name=f"alicia-turns-{p.identity}")
+        return True
 
     async def _serve(self, p: Participant) -> None:
         """Run ``p``'s queued turns one after another while ``p`` is in the room."""
         while self._participants.get(p.identity) is p:
             request = await p.queue.get()
             running = _Running(request, self._new_turn(request))
+            self._remember(running.answer_id)
             self._turns.append(running)
             try:
                 await self._run_turn(running)
@@ -576,7 +698,20 @@ class Conversation:
         mine = [t for t in self._turns if t.request.requester == p.identity]
         if mine:
             return mine[-1]
-        return self._turns[-1] if self._turns else None
+        return self._turns[-1] if self._turns and p.operator else None
+
+    def _owner(self, message_id: str) -> str | None:
+        """Who asked the turn of ``message_id`` (a user message or answer id)."""
+        for running in self._turns:
+            if message_id in (running.request.user_id, running.answer_id):
+                return running.request.requester
+        for ex in reversed(self._history):
+            if message_id in (ex.user_id, ex.answer_id):
+                return ex.requester
+        return None
+
+    def _last_owner(self) -> str | None:
+        return self._history[-1].requester if self._history else None
 
     def _user_text(self, user_id: str) -> str | None:
         for running in self._turns:
@@ -643,7 +778,9 @@ class Conversation:
                 message, running.message_to, meta={META_MODEL: self._settings.llm_model}
             )
         self._history.append(
-            Exchange(request.user_id, request.text, running.answer_id, ended.answer)
+            Exchange(
+                request.user_id, request.text, running.answer_id, ended.answer, request.requester
+            )
         )
         del self._history[:-_HISTORY_LIMIT]
         if ended.error is not None:

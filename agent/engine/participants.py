@@ -12,6 +12,8 @@ Errors the worker reports to a client, on top of ``protocol.errors``::
     │   └── PacketTooLarge       incoming packet over one packet's size (101)
     ├── WrongConversation        envelope/Configuration names another conversation (201)
     ├── InvalidState             e.g. a variation of an unknown message (202)
+    ├── NotPermitted             not the sender's message or turn, or a server-only type (203)
+    ├── DuplicateId              an incoming id the conversation already has (204)
     ├── Overloaded               queue full or flood (504, warning, recoverable)
     ├── LLMUnavailable           the LLM endpoint failed (503)
     └── InternalError            something unexpected failed inside the worker (501)
@@ -34,12 +36,17 @@ from protocol import (
     StanzaOrder,
 )
 
+from .transport import UNKNOWN_PEER, Peer
+
 __all__ = [
+    "OPERATOR_GRANT",
     "REASONING_FEATURES",
     "STREAMING_FEATURES",
+    "DuplicateId",
     "InternalError",
     "InvalidState",
     "LLMUnavailable",
+    "NotPermitted",
     "Overloaded",
     "PacketTooLarge",
     "Participant",
@@ -47,6 +54,12 @@ __all__ = [
     "TurnRequest",
     "WrongConversation",
 ]
+
+OPERATOR_GRANT: Final = "alicia.operator"
+"""Participant attribute (in the join token) that lets a participant stop, edit and
+regenerate anyone's turns: value ``true``. Honoured only from participants that cannot
+update their own attributes."""
+_TRUE: Final = frozenset({"true", "1", "yes"})
 
 REASONING_FEATURES: Final = frozenset({Feature.REASONING_STEP_DISPLAY, Feature.REASONING_STEPS})
 """Either name asks for ReasoningSteps (PROTOCOL.md §4.8)."""
@@ -72,6 +85,21 @@ class InvalidState(ProtocolError):
     """The request does not fit the conversation's state (e.g. unknown target message)."""
 
     code = ErrorCode.INVALID_STATE
+    severity = Severity.WARNING
+
+
+class NotPermitted(ProtocolError):
+    """The sender may not do this: another participant's message or turn, or a message
+    type only the agent sends."""
+
+    code = ErrorCode.NOT_PERMITTED
+    severity = Severity.WARNING
+
+
+class DuplicateId(ProtocolError):
+    """An incoming message reuses an id this conversation already has."""
+
+    code = ErrorCode.DUPLICATE_ID
     severity = Severity.WARNING
 
 
@@ -154,10 +182,20 @@ class Participant:
     active: bool = False
     """The client sent at least one valid envelope: it receives answers."""
     order: StanzaOrder = field(default_factory=lambda: StanzaOrder("client"))
+    peer: Peer = UNKNOWN_PEER
+    """Who the front end says this is (kind, attributes, permissions)."""
+    resumes: TokenBucket | None = None
+    """Resume Configurations this participant may still ask for (replay budget)."""
     pending_edit: str | None = None
     """User message id named by an ``edit`` variation, waiting for its new UserMessage."""
     edit_timer: asyncio.Task[None] | None = None
     runner: asyncio.Task[None] | None = None
+
+    @property
+    def operator(self) -> bool:
+        """Holds the operator grant (:data:`OPERATOR_GRANT`) from a trusted attribute."""
+        value = self.peer.grant(OPERATOR_GRANT)
+        return value is not None and value.strip().lower() in _TRUE
 
     def drop_queued(self, user_id: str) -> bool:
         """Remove the waiting (not yet started) turn for ``user_id``; True if there was one."""
@@ -168,6 +206,15 @@ class Participant:
         for request in kept:
             self.queue.put_nowait(request)
         return len(kept) < len(waiting)
+
+    def find_queued(self, user_id: str) -> TurnRequest | None:
+        """The waiting turn for ``user_id``, left in place; None if there is none."""
+        waiting: list[TurnRequest] = []
+        while not self.queue.empty():
+            waiting.append(self.queue.get_nowait())
+        for request in waiting:
+            self.queue.put_nowait(request)
+        return next((r for r in waiting if r.user_id == user_id), None)
 
     def apply_features(self, features: Iterable[str] | None) -> None:
         """Take a Configuration's ``features``; ``None`` (absent) keeps the current values."""

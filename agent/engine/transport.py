@@ -16,15 +16,39 @@ Using a closed transport, or opening one twice, raises ``RuntimeError``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["Incoming", "Left", "Packet", "Transport", "TransportError"]
+__all__ = ["UNKNOWN_PEER", "Incoming", "Left", "Packet", "Peer", "Transport", "TransportError"]
 
 
 class TransportError(Exception):
     """Sending failed; the front end's own error is chained as ``__cause__``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """What the front end vouches for about a sender (from its verified join token)."""
+
+    kind: str = "standard"
+    """Participant kind: ``standard``, ``agent``, ``sip``, ``ingress``, ``egress``, …"""
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    """Attributes as the server knows them (set by the token, or by the participant
+    itself when ``can_update_own_attributes``)."""
+    can_update_own_attributes: bool = False
+    """The participant may change its own attributes (LiveKit ``canUpdateOwnMetadata``):
+    then no attribute of it is a grant."""
+
+    def grant(self, name: str) -> str | None:
+        """Attribute ``name`` as a grant: ``None`` if absent or self-assignable."""
+        if self.can_update_own_attributes:
+            return None
+        return self.attributes.get(name)
+
+
+UNKNOWN_PEER = Peer()
+"""A sender the front end knows nothing more about: no grants."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +57,8 @@ class Packet:
 
     sender: str
     data: bytes
+    peer: Peer = UNKNOWN_PEER
+    """The sender as the front end knows it (kind, attributes, permissions)."""
 
 
 @dataclass(frozen=True, slots=True)

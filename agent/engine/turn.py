@@ -102,6 +102,8 @@ class Exchange:
     user_text: str
     answer_id: str
     answer_text: str
+    requester: str = ""
+    """Identity of the participant whose turn this was (owner of the user message)."""
 
 
 @dataclass(slots=True)

@@ -18,11 +18,11 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Any, Final
 
 from livekit import rtc
 
-from agent.engine.transport import Incoming, Left, Packet, TransportError
+from agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
 from protocol import DATA_TOPIC
 
 from .ffi_routing import publish, route_room
@@ -32,6 +32,32 @@ __all__ = ["RoomTransport"]
 logger = logging.getLogger("alicia.transport")
 
 DEFAULT_MAX_PENDING: Final = 4096
+
+
+_KINDS: Final = {
+    rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD: "standard",
+    rtc.ParticipantKind.PARTICIPANT_KIND_INGRESS: "ingress",
+    rtc.ParticipantKind.PARTICIPANT_KIND_EGRESS: "egress",
+    rtc.ParticipantKind.PARTICIPANT_KIND_SIP: "sip",
+    rtc.ParticipantKind.PARTICIPANT_KIND_AGENT: "agent",
+}
+
+
+def peer_of(participant: rtc.RemoteParticipant) -> Peer:
+    """The engine's view of ``participant``, from what livekit-server told the room.
+
+    Attributes come from the verified join token unless the participant holds
+    ``canUpdateOwnMetadata``; if the server sent no permissions at all, the participant is
+    treated as able to set its own (so none of its attributes counts as a grant).
+    """
+    info: Any = participant._info  # the ParticipantInfo the SDK keeps (HasField is there)
+    has_permission = bool(info.HasField("permission")) if hasattr(info, "HasField") else False
+    can_update = participant.permissions.can_update_metadata if has_permission else True
+    return Peer(
+        kind=_KINDS.get(participant.kind, "other"),
+        attributes=participant.attributes,
+        can_update_own_attributes=bool(can_update),
+    )
 
 
 class _State(enum.Enum):
@@ -143,7 +169,8 @@ class RoomTransport:
             self.dropped += 1
             logger.warning("incoming packet dropped", extra={"dropped": self.dropped})
             return
-        self._queue.put_nowait(Packet(packet.participant.identity, packet.data))
+        sender = packet.participant
+        self._queue.put_nowait(Packet(sender.identity, packet.data, peer_of(sender)))
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
         self._queue.put_nowait(Left(participant.identity))
