@@ -37,10 +37,12 @@ class Inbox:
 
 
 @contextlib.asynccontextmanager
-async def joined(server: LiveKitServer, room: str, identity: str) -> AsyncIterator[rtc.Room]:
-    """A connected ``rtc.Room`` for ``identity``, disconnected on exit."""
+async def joined(
+    server: LiveKitServer, room: str, identity: str, token: str | None = None
+) -> AsyncIterator[rtc.Room]:
+    """A connected ``rtc.Room`` for ``identity`` (or ``token``), disconnected on exit."""
     r = rtc.Room()
-    await r.connect(server.url, server.token(identity, room))
+    await r.connect(server.url, token or server.token(identity, room))
     try:
         yield r
     finally:

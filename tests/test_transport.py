@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from livekit import api
 
-from agent.engine.transport import Incoming, Left, Packet, TransportError
+from agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
 from agent.rooms.transport import RoomTransport
 from harness import LiveKitServer
 from protocol import DATA_TOPIC, new_id
@@ -166,3 +166,44 @@ async def test_routed_rooms_in_one_process_still_get_their_own_packets(
             assert [p.data for p in got] == [bytes([i]) for i in range(20)]
     # Disconnected rooms leave the router (its unsubscribe path).
     assert not router.routed(agent_one) and not router.routed(agent_two)
+
+
+def _token(server: LiveKitServer, room: str, identity: str, *, self_update: bool) -> str:
+    grants = api.VideoGrants(room_join=True, room=room, can_update_own_metadata=self_update)
+    return (
+        api.AccessToken(server.api_key, server.api_secret)
+        .with_identity(identity)
+        .with_grants(grants)
+        .with_attributes({"alicia.operator": "true"})
+        .to_jwt()
+    )
+
+
+async def test_packets_carry_what_the_server_says_of_their_sender(
+    livekit_server: LiveKitServer,
+) -> None:
+    """Kind, token attributes and canUpdateOwnMetadata reach the engine; a participant
+    that may set its own attributes (and does) gets no grant from them."""
+    room = new_id("conv")
+    granted = _token(livekit_server, room, "granted", self_update=False)
+    selfish = _token(livekit_server, room, "selfish", self_update=True)
+    async with (
+        joined(livekit_server, room, "agent") as agent_room,
+        joined(livekit_server, room, "granted", granted) as a,
+        joined(livekit_server, room, "selfish", selfish) as b,
+    ):
+        await b.local_participant.set_attributes({"alicia.operator": "true", "x": "1"})
+        for who in ("granted", "selfish"):
+            await wait_for_participant(agent_room, who)
+        async with RoomTransport(agent_room) as transport:
+            items = aiter(transport)
+            for sender in (a, b):
+                await sender.local_participant.publish_data(
+                    b"hi", reliable=True, destination_identities=["agent"], topic=DATA_TOPIC
+                )
+            got = [await next_item(items) for _ in range(2)]
+    peers = {p.sender: p.peer for p in got if isinstance(p, Packet)}
+    assert peers["granted"] == Peer("standard", {"alicia.operator": "true"}, False)
+    assert peers["granted"].grant("alicia.operator") == "true"
+    assert peers["selfish"].can_update_own_attributes is True
+    assert peers["selfish"].grant("alicia.operator") is None
