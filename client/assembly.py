@@ -7,8 +7,14 @@ the :data:`Event` values a renderer shows. Links follow PROTOCOL.md §4.2-§4.4:
   other implementations, the StartAnswer id);
 * ToolUseResult ``requestId`` → its request's turn;
 * StartAnswer ``previousId`` → the user message; AssistantSentence ``previousId`` →
-  the StartAnswer id; the sentence with ``isFinal`` (or an AssistantMessage) ends it;
-* ErrorMessage ``originatingId`` → that turn (else the latest open one) and ends it.
+  the StartAnswer id (or, as some servers chain them, an earlier sentence's id); the
+  sentence with ``isFinal`` (or an AssistantMessage) ends it;
+* ErrorMessage ``originatingId`` → that turn, and ends it.
+
+Envelopes are placed only by these ids, never "into the latest open turn": in a room
+with several users, a step or answer for a user message this client did not send opens
+a turn of its own (:attr:`Turn.own` False, question unknown), so every user's turn
+shows its own answer. What names no known id is an :class:`OtherReceived`.
 
 Steps are ordered by ``stepIndex`` and de-duplicated by ``id``; sentences by
 ``sequence``. At most ``max_turns`` turns are kept (oldest dropped).
@@ -69,6 +75,8 @@ class Turn:
     """The whole answer when the server did not stream."""
     error: ErrorMessage | None = None
     finished: bool = False
+    own: bool = True
+    """This client sent the user message; False for another participant's turn."""
 
     @property
     def answer(self) -> str:
@@ -191,9 +199,11 @@ class TurnAssembler:
 
     def start(self, message: UserMessage) -> Turn:
         """Open the turn for a user message this client sends."""
-        turn = Turn(user_message_id=message.id, question=message.content)
-        self._turns[message.id] = turn
-        self._step_ids[message.id] = set()
+        return self._add(Turn(user_message_id=message.id, question=message.content))
+
+    def _add(self, turn: Turn) -> Turn:
+        self._turns[turn.user_message_id] = turn
+        self._step_ids[turn.user_message_id] = set()
         while len(self._turns) > self._max:
             old_id, old = self._turns.popitem(last=False)
             self._step_ids.pop(old_id, None)
@@ -201,7 +211,16 @@ class TurnAssembler:
                 self._by_answer.pop(old.answer_id, None)
             for req in old.tool_requests:
                 self._by_request.pop(req.id, None)
+            for sentence in old.sentences:
+                if sentence.id:
+                    self._by_answer.pop(sentence.id, None)
         return turn
+
+    def _foreign(self, user_message_id: str) -> Turn:
+        """The turn of another participant's message (opened on its first envelope)."""
+        return self._turns.get(user_message_id) or self._add(
+            Turn(user_message_id=user_message_id, question="", own=False)
+        )
 
     def feed(self, env: Envelope[Any]) -> list[Event]:
         """Apply one envelope from the server; the events it causes, in order."""
@@ -209,7 +228,9 @@ class TurnAssembler:
         if isinstance(body, ReasoningStep):
             return self._step(body)
         if isinstance(body, ToolUseRequest):
-            turn = self._lookup(body.previous_id) or self._latest_open()
+            turn = self._lookup(body.previous_id)
+            if turn is None and body.previous_id:
+                turn = self._foreign(body.previous_id)
             if turn is None:
                 return [OtherReceived(env)]
             turn.tool_requests.append(body)
@@ -217,22 +238,22 @@ class TurnAssembler:
             return [ToolRequested(turn, body)]
         if isinstance(body, ToolUseResult):
             owner = self._by_request.get(body.request_id)
-            turn = self._turns.get(owner) if owner is not None else self._latest_open()
+            turn = self._turns.get(owner) if owner is not None else None
             if turn is None:
                 return [OtherReceived(env)]
             turn.tool_results.append(body)
             return [ToolResulted(turn, body)]
         if isinstance(body, StartAnswer):
-            turn = self._turns.get(body.previous_id)
-            if turn is None:
-                return [OtherReceived(env)]
+            turn = self._turns.get(body.previous_id) or self._foreign(body.previous_id)
             turn.answer_id = body.id
             self._by_answer[body.id] = turn.user_message_id
             return [AnswerStarted(turn, body)]
         if isinstance(body, AssistantSentence):
             return self._sentence(env, body)
         if isinstance(body, AssistantMessage):
-            turn = self._lookup(body.previous_id) or self._latest_open()
+            turn = self._lookup(body.previous_id)
+            if turn is None and body.previous_id:
+                turn = self._foreign(body.previous_id)
             if turn is None or turn.finished:
                 return [OtherReceived(env)]
             turn.message = body
@@ -240,7 +261,7 @@ class TurnAssembler:
             turn.finished = True
             return [AnswerDone(turn)]
         if isinstance(body, ErrorMessage):
-            turn = self._lookup(body.originating_id) or self._latest_open()
+            turn = self._lookup(body.originating_id)
             if turn is None:
                 return [ErrorReceived(None, body)]
             turn.error = body
@@ -262,16 +283,8 @@ class TurnAssembler:
             turn = self._turns.get(self._by_answer[some_id])
         return turn
 
-    def _latest_open(self) -> Turn | None:
-        for turn in reversed(self._turns.values()):
-            if not turn.finished:
-                return turn
-        return None
-
     def _step(self, step: ReasoningStep) -> list[Event]:
-        turn = self._lookup(step.previous_id)
-        if turn is None:
-            return []
+        turn = self._lookup(step.previous_id) or self._foreign(step.previous_id)
         seen = self._step_ids.setdefault(turn.user_message_id, set())
         if step.id in seen:
             return []
@@ -288,11 +301,10 @@ class TurnAssembler:
     def _sentence(self, env: Envelope[Any], sentence: AssistantSentence) -> list[Event]:
         owner = self._by_answer.get(sentence.previous_id)
         turn = self._turns.get(owner) if owner is not None else None
-        if turn is None:
-            # Some servers chain sentences to the previous sentence's id.
-            turn = self._latest_open()
         if turn is None or turn.finished:
             return [OtherReceived(env)]
+        if sentence.id:  # some servers chain sentences to the previous sentence's id
+            self._by_answer[sentence.id] = turn.user_message_id
         sentences = turn.sentences
         if any(s.sequence == sentence.sequence for s in sentences):
             return []

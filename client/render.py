@@ -95,7 +95,8 @@ class TurnRenderer:
     def _open_answer(self, turn: Turn) -> None:
         if turn.user_message_id not in self._answer_open:
             self._answer_open.add(turn.user_message_id)
-            self.console.print(Text("alicia > ", style="bold magenta"), end="")
+            label = "alicia > " if turn.own else "alicia (to another participant) > "
+            self.console.print(Text(label, style="bold magenta"), end="")
 
     def _close_answer(self, turn: Turn | None) -> None:
         if turn is not None and turn.user_message_id in self._answer_open:

@@ -15,9 +15,14 @@ context manager; using it after ``aclose()`` raises ``RuntimeError``.
 Methods take a ``timeout`` (``# noqa: ASYNC109``) because expiry becomes one of the
 typed errors above with a message for the user, not a bare ``TimeoutError``.
 
-Incoming packets are decoded in the room's data callback, checked for order (the
-server numbers -1, -2, …; replays at or below the high mark are dropped as
-duplicates), folded into turns by :class:`~client.assembly.TurnAssembler` and passed
+Trust: the session accepts envelopes only from the agent: a participant of kind AGENT
+(and, with ``agent_name``, one whose server-set ``lk.agent_name`` attribute names it).
+Until that agent has joined, every packet is dropped (counted in :attr:`untrusted`), so
+another participant can neither speak for the agent nor poison the session's state.
+
+Incoming packets are decoded in the room's data callback, checked for order per sender
+(the server numbers -1, -2, …; replays at or below that sender's high mark are dropped
+as duplicates), folded into turns by :class:`~client.assembly.TurnAssembler` and passed
 to the listeners synchronously: there is no unbounded queue.
 """
 
@@ -74,6 +79,8 @@ logger = logging.getLogger(__name__)
 CLIENT_VERSION: Final = "alicia-client/0.1.0"
 RESEND_INTERVAL: Final = 1.0
 """Seconds between repeats of an unanswered Configuration."""
+AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
+"""Attribute livekit-server puts in an explicitly dispatched agent's token: its agent name."""
 
 EnvelopeListener = Callable[[Envelope[Any]], None]
 EventListener = Callable[[Event], None]
@@ -117,19 +124,26 @@ class ClientSession:
         device: str = "cli",
         client_version: str = CLIENT_VERSION,
         agent_identity: str | None = None,
+        agent_name: str | None = None,
         max_turns: int = 256,
     ) -> None:
+        """``agent_identity`` / ``agent_name``: trust only that agent (explicit dispatch)."""
         self.room = rtc.Room()
         self.device = device
         self.client_version = client_version
         self.conversation_id: str | None = None
         self.server_config: Configuration | None = None
-        self.agent_identity = agent_identity
+        self.agent_identity: str | None = None
+        self._expected_identity = agent_identity
+        self.agent_name = agent_name
         self.assembler = TurnAssembler(show_reasoning=show_reasoning, max_turns=max_turns)
         self.decode_errors = 0
         self.duplicates = 0
+        self.untrusted = 0
+        """Packets dropped because they did not come from the agent."""
         self._counter = StanzaCounter("client")
-        self._order = StanzaOrder("server")
+        self._orders: dict[str, StanzaOrder] = {}
+        """Server stanza order per sender (so no one can poison another's de-duplication)."""
         self._envelope_listeners: list[EnvelopeListener] = []
         self._event_listeners: list[EventListener] = []
         self._config_waiter: asyncio.Future[Configuration] | None = None
@@ -336,10 +350,17 @@ class ClientSession:
             encode(env), reliable=True, destination_identities=destinations, topic=DATA_TOPIC
         )
 
+    def is_our_agent(self, participant: rtc.RemoteParticipant) -> bool:
+        """An AGENT-kind participant that matches ``agent_identity``/``agent_name`` if set."""
+        if participant.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+            return False
+        if self._expected_identity is not None and participant.identity != self._expected_identity:
+            return False
+        name = self.agent_name
+        return name is None or participant.attributes.get(AGENT_NAME_ATTRIBUTE) == name
+
     def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
-        if self.agent_identity is None:
-            if participant.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
-                return
+        if self.agent_identity is None and self.is_our_agent(participant):
             self.agent_identity = participant.identity
         if participant.identity == self.agent_identity:
             self._agent_seen.set()
@@ -348,7 +369,8 @@ class ClientSession:
         if packet.topic != DATA_TOPIC:
             return
         sender = packet.participant.identity if packet.participant else None
-        if self.agent_identity is not None and sender != self.agent_identity:
+        if self.agent_identity is None or sender != self.agent_identity:
+            self.untrusted += 1
             return
         try:
             env = decode(packet.data)
@@ -357,11 +379,12 @@ class ClientSession:
             logger.warning("undecodable packet from the agent", extra={"sender": sender})
             return
         if env.stanza_id >= 0:
-            return  # another client's envelope, not the server's
-        if self._order.seen(env.stanza_id):
+            return  # a client-side number: not a server envelope
+        order = self._orders.setdefault(sender, StanzaOrder("server"))
+        if order.seen(env.stanza_id):
             self.duplicates += 1
             return
-        self._order.check(env.stanza_id)
+        order.check(env.stanza_id)
         body = env.body
         if isinstance(body, ErrorMessage) and body.originating_id in self._resent:
             # The server already had the original: its complaint about our repeat is noise.

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from livekit import rtc
 
 from client import (
     AgentMissingError,
@@ -19,8 +20,9 @@ from client import (
 )
 from harness import LiveKitServer
 from harness.ports import free_port
-from protocol import Configuration, MessageType, UserMessage, new_id
+from protocol import DATA_TOPIC, Configuration, MessageType, UserMessage, new_id
 from tests.client_helpers import Script, scripted_agent
+from tests.livekit_helpers import joined
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +95,58 @@ async def test_session_handshake_turn_and_reasoning_toggle(livekit_server: LiveK
     assert [e.stanza_id for e in agent.received] == [1, 2, 3, 4]
     assert users[1].body.previous_id == turn.answer_id  # follows the last answer
     assert all(e.conversation_id == room for e in users)
+
+
+async def test_session_trusts_only_the_agent_and_a_forger_cannot_poison_it(
+    livekit_server: LiveKitServer,
+) -> None:
+    """Mallory (an ordinary participant) forges server envelopes before and after the
+    agent joins, including stanzaId -2147483647; the session drops them all."""
+    from protocol import AssistantSentence, StartAnswer, encode, envelope
+
+    room = new_id("conv")
+
+    def forged(body: object, sid: int) -> bytes:
+        return encode(envelope(body, stanza_id=sid, conversation_id=room))  # type: ignore[arg-type]
+
+    async def forge(mallory: rtc.Room, turn_id: str | None) -> None:
+        bodies: list[tuple[object, int]] = [
+            (Configuration(conversation_id="conv_forged", features=["streaming"]), -2147483647),
+            (StartAnswer(id="msg_forged", previous_id=turn_id or "x", conversation_id=room), -5),
+            (
+                AssistantSentence(
+                    id="sent_f",
+                    previous_id="msg_forged",
+                    conversation_id=room,
+                    sequence=1,
+                    text="FORGED ANSWER",
+                    is_final=True,
+                ),
+                -6,
+            ),
+        ]
+        for body, sid in bodies:
+            await mallory.local_participant.publish_data(
+                forged(body, sid), reliable=True, topic=DATA_TOPIC
+            )
+
+    session = ClientSession()
+    async with session, joined(livekit_server, room, "mallory") as mallory:
+        await session.connect(livekit_server.url, token(livekit_server, room))
+        await forge(mallory, None)  # before any agent is in the room
+        await asyncio.sleep(0.5)
+        assert session.untrusted >= 3 and session.agent_identity is None
+        async with scripted_agent(livekit_server, room, Script()):
+            assert await session.wait_for_agent(10) == "scripted-agent"
+            reply = await session.handshake()
+            assert reply.conversation_id == room  # not the forged one
+            turn = await session.ask("What is 6 x 7?")
+            await forge(mallory, turn.user_message_id)
+            await session.wait_turn(turn, timeout=10)
+    assert turn.answer == "The answer is 42. Easy."
+    assert "FORGED" not in turn.answer
+    assert session.untrusted >= 6
+    assert all(not t.answer.startswith("FORGED") for t in session.assembler.turns)
 
 
 async def test_session_reports_a_missing_agent(livekit_server: LiveKitServer) -> None:

@@ -171,7 +171,7 @@ def test_non_streamed_answer_finishes_the_turn() -> None:
     assert turn.answer == "42" and turn.finished
 
 
-def test_error_ends_the_turn_it_names_or_the_latest_open_one() -> None:
+def test_error_ends_the_turn_it_names_and_no_other() -> None:
     a = TurnAssembler()
     t1 = a.start(user("msg_u1"))
     t2 = a.start(user("msg_u2"))
@@ -196,8 +196,9 @@ def test_error_ends_the_turn_it_names_or_the_latest_open_one() -> None:
         recoverable=True,
     )
     events = a.feed(env(err2))
-    assert events[0].turn is t2 if isinstance(events[0], ErrorReceived) else False
-    assert t2.finished
+    assert [type(e) for e in events] == [ErrorReceived]
+    assert isinstance(events[0], ErrorReceived) and events[0].turn is None
+    assert not t2.finished  # an error naming no turn ends none ("latest open" is forgeable)
 
 
 def test_error_with_no_turn_is_reported_without_one() -> None:
@@ -222,8 +223,40 @@ def test_unrelated_envelopes_pass_through_as_other() -> None:
     assert isinstance(ev, OtherReceived)
     (cfg,) = a.feed(env(Configuration(conversation_id=CONV, features=["streaming"])))
     assert cfg.config.features == ["streaming"]  # type: ignore[union-attr]
-    orphan = StartAnswer(id="msg_x", previous_id="msg_unknown", conversation_id=CONV)
-    assert isinstance(a.feed(env(orphan))[0], OtherReceived)
+    orphan_result = ToolUseResult(request_id="toolreq_unknown", success=True)
+    assert isinstance(a.feed(env(orphan_result))[0], OtherReceived)
+    stray = AssistantSentence(
+        id="sent_x", previous_id="msg_nothing", conversation_id=CONV, sequence=1, text="x"
+    )
+    assert isinstance(a.feed(env(stray))[0], OtherReceived)
+
+
+def test_each_users_turn_gets_its_own_answer_never_the_latest_open_one() -> None:
+    """Another user's answer in the room opens that user's turn; it never fills ours."""
+    a = TurnAssembler()
+    mine = a.start(user("msg_mine"))
+    theirs_start = StartAnswer(
+        id="msg_their_answer", previous_id="msg_theirs", conversation_id=CONV
+    )
+    (ev,) = a.feed(env(theirs_start))
+    assert isinstance(ev, AnswerStarted) and not ev.turn.own
+    theirs = ev.turn
+    for seq, text in ((1, "Their answer."), (2, "Done.")):
+        a.feed(
+            env(
+                AssistantSentence(
+                    id=f"sent_t{seq}",
+                    previous_id="msg_their_answer",
+                    conversation_id=CONV,
+                    sequence=seq,
+                    text=text,
+                    is_final=True if seq == 2 else None,
+                )
+            )
+        )
+    assert theirs.answer == "Their answer. Done." and theirs.finished
+    assert mine.answer == "" and not mine.finished and mine.own
+    assert [t.user_message_id for t in a.turns] == ["msg_mine", "msg_theirs"]
 
 
 def test_tool_result_finds_its_request_turn() -> None:
