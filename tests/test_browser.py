@@ -117,6 +117,63 @@ async def test_page_shows_steps_then_answer_and_the_toggle_hides_new_steps(
     assert (ARTIFACTS / "browser-scripted.png").stat().st_size > 10_000
 
 
+async def test_the_page_ignores_a_participant_forging_agent_messages(
+    livekit_server: LiveKitServer,
+) -> None:
+    """Mallory floods the room with forged Configuration/StartAnswer/sentences (stanzaId
+    -2147483647 first) from before the page joins until it is done; the page still shows
+    the agent's own answer and never the forged one."""
+    from protocol import DATA_TOPIC, AssistantSentence, Configuration, StartAnswer, encode, envelope
+    from tests.livekit_helpers import joined
+
+    room = new_id("conv")
+    forged = [
+        encode(envelope(b, stanza_id=sid, conversation_id=room))
+        for b, sid in [
+            (Configuration(conversation_id="conv_forged", features=["streaming"]), -2147483647),
+            (StartAnswer(id="msg_forged", previous_id="x", conversation_id=room), -3),
+            (
+                AssistantSentence(
+                    id="sent_f",
+                    previous_id="msg_forged",
+                    conversation_id=room,
+                    sequence=1,
+                    text="FORGED ANSWER",
+                    is_final=True,
+                ),
+                -4,
+            ),
+        ]
+    ]
+    stop = asyncio.Event()
+
+    async def flood(mallory: Any) -> int:
+        sent = 0
+        while not stop.is_set():
+            for data in forged:
+                await mallory.local_participant.publish_data(data, reliable=True, topic=DATA_TOPIC)
+                sent += 1
+            await asyncio.sleep(0.05)
+        return sent
+
+    script = Script()
+    async with (
+        joined(livekit_server, room, "mallory") as mallory,
+        serving_web(livekit_server) as base,
+    ):
+        flooding = asyncio.create_task(flood(mallory))
+        await asyncio.sleep(0.3)  # forgeries are already flowing when the page joins
+        async with scripted_agent(livekit_server, room, script):
+            report = await drive(
+                page_url(base, room), ARTIFACTS / "browser-forger.png", question_1="6 x 7?"
+            )
+        stop.set()
+        sent = await flooding
+    assert sent > 10
+    assert report["first"]["answer"] == "The answer is 42. Easy."
+    assert "FORGED" not in json.dumps(report)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
     async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:

@@ -5,6 +5,11 @@
 // State for tests and people is mirrored on <body data-state=... data-reasoning=...>:
 // data-state: idle | connecting | waiting-agent | handshake | ready | error
 // data-reasoning: on | off (after the server answered the update)
+//
+// Trust: envelopes are accepted only from the agent (a participant of kind AGENT; with
+// ?agent=NAME only the one whose server-set lk.agent_name is NAME). Before it joins,
+// nothing is accepted. De-duplication is per sender, and envelopes are placed only by
+// their ids: another user's turn in the room is shown as that user's own turn.
 
 import { ConnectionState, Participant, ParticipantKind, Room, RoomEvent } from "livekit-client";
 
@@ -28,6 +33,7 @@ const RESEND_MS = 1000;
 const CONFIG_TIMEOUT_MS = 15000;
 const AGENT_TIMEOUT_MS = 30000;
 const MAX_TURNS = 200;
+const AGENT_NAME_ATTRIBUTE = "lk.agent_name";
 
 interface TurnView {
   userId: string;
@@ -42,6 +48,7 @@ interface TurnView {
   shownSteps: number;
   hiddenSteps: number;
   done: boolean;
+  own: boolean;
 }
 
 function $(id: string): HTMLElement {
@@ -70,7 +77,8 @@ class DebugClient {
   private room = new Room();
   private agent?: string;
   private stanza = 0;
-  private serverHigh = 0;
+  private serverHigh = new Map<string, number>();
+  private untrusted = 0;
   private resent = new Set<string>();
   private conversationId = "";
   private showReasoning: boolean;
@@ -85,6 +93,7 @@ class DebugClient {
     private log: HTMLElement,
     private status: HTMLElement,
     showReasoning: boolean,
+    private agentName?: string,
   ) {
     this.showReasoning = showReasoning;
     document.body.dataset.reasoning = showReasoning ? "on" : "off";
@@ -206,13 +215,18 @@ class DebugClient {
 
   private onParticipant(p: Participant): void {
     if (this.agent || p.kind !== ParticipantKind.AGENT) return;
+    if (this.agentName && p.attributes[AGENT_NAME_ATTRIBUTE] !== this.agentName) return;
     this.agent = p.identity;
     this.agentWaiter?.();
   }
 
   private onData(payload: Uint8Array, participant?: Participant, topic?: string): void {
     if (topic !== DATA_TOPIC) return;
-    if (this.agent && participant?.identity !== this.agent) return;
+    if (!this.agent || !participant || participant.identity !== this.agent) {
+      this.untrusted++;
+      document.body.dataset.untrusted = String(this.untrusted);
+      return;
+    }
     let env: Envelope;
     try {
       env = decodeEnvelope(payload);
@@ -225,8 +239,8 @@ class DebugClient {
     }
     if (env.stanzaId >= 0) return; // not from the server
     const mag = -env.stanzaId;
-    if (mag <= this.serverHigh) return; // replayed duplicate
-    this.serverHigh = mag;
+    if (mag <= (this.serverHigh.get(participant.identity) ?? 0)) return; // replayed duplicate
+    this.serverHigh.set(participant.identity, mag);
     this.handle(env);
   }
 
@@ -246,12 +260,12 @@ class DebugClient {
       case MessageType.ToolUseResult:
         return this.onToolResult(b);
       case MessageType.StartAnswer: {
-        const turn = this.turns.get(str(b, "previousId") ?? "");
+        const turn = this.turnFor(str(b, "previousId"));
         const id = str(b, "id");
         if (turn && id) {
           turn.answerId = id;
           this.byAnswer.set(id, turn.userId);
-          this.lastAnswerId = id;
+          if (turn.own) this.lastAnswerId = id;
           turn.el.dataset.state = "answering";
         }
         return;
@@ -259,10 +273,10 @@ class DebugClient {
       case MessageType.AssistantSentence:
         return this.onSentence(b);
       case MessageType.AssistantMessage: {
-        const turn = this.lookup(str(b, "previousId")) ?? this.latestOpen();
-        if (!turn) return;
+        const turn = this.lookup(str(b, "previousId")) ?? this.turnFor(str(b, "previousId"));
+        if (!turn || turn.done) return;
         turn.answerId = str(b, "id");
-        this.lastAnswerId = turn.answerId;
+        if (turn.own) this.lastAnswerId = turn.answerId;
         turn.answer.textContent = str(b, "content") ?? "";
         this.finish(turn, "done");
         return;
@@ -279,14 +293,17 @@ class DebugClient {
     return this.turns.get(id) ?? this.turns.get(this.byAnswer.get(id) ?? "");
   }
 
-  private latestOpen(): TurnView | undefined {
-    const all = [...this.turns.values()];
-    for (let i = all.length - 1; i >= 0; i--) if (!all[i].done) return all[i];
-    return undefined;
+  // The turn of a user message; another participant's message gets a turn of its own.
+  private turnFor(userId: string | undefined): TurnView | undefined {
+    if (!userId) return undefined;
+    const known = this.lookup(userId);
+    if (known) return known;
+    this.addTurn(userId, "(another participant's message)", false);
+    return this.turns.get(userId);
   }
 
   private onStep(b: Body): void {
-    const turn = this.lookup(str(b, "previousId", "messageId"));
+    const turn = this.turnFor(str(b, "previousId", "messageId"));
     const id = str(b, "id");
     const index = stepIndexOf(b);
     if (!turn || !id || index === undefined || turn.stepIds.has(id)) return;
@@ -315,7 +332,7 @@ class DebugClient {
   }
 
   private onToolRequest(b: Body): void {
-    const turn = this.lookup(str(b, "previousId", "messageId")) ?? this.latestOpen();
+    const turn = this.turnFor(str(b, "previousId", "messageId"));
     const id = str(b, "id");
     if (!turn || !id) return;
     this.byRequest.set(id, turn.userId);
@@ -346,9 +363,11 @@ class DebugClient {
 
   private onSentence(b: Body): void {
     const prev = str(b, "previousId") ?? "";
-    const turn = this.turns.get(this.byAnswer.get(prev) ?? "") ?? this.latestOpen();
+    const turn = this.turns.get(this.byAnswer.get(prev) ?? "");
     const seq = num(b, "sequence");
     if (!turn || turn.done || seq === undefined || turn.sentences.has(seq)) return;
+    const sentenceId = str(b, "id");
+    if (sentenceId) this.byAnswer.set(sentenceId, turn.userId); // servers that chain sentences
     turn.sentences.set(seq, (str(b, "text") ?? "").trim());
     turn.answer.textContent = [...turn.sentences.entries()]
       .sort((x, y) => x[0] - y[0])
@@ -362,7 +381,7 @@ class DebugClient {
     const origin = str(b, "originatingId");
     if (origin && this.resent.delete(origin)) return; // complaint about our own repeat
     const text = `error ${num(b, "code") ?? "?"}: ${str(b, "message", "content") ?? ""}`;
-    const turn = this.lookup(origin) ?? this.latestOpen();
+    const turn = this.lookup(origin);
     if (turn) {
       turn.el.append(el("div", "error", text));
       if (!turn.done) this.finish(turn, "error");
@@ -384,13 +403,14 @@ class DebugClient {
     }
   }
 
-  private addTurn(userId: string, text: string): void {
+  private addTurn(userId: string, text: string, own = true): void {
     const article = el("article", "turn");
     article.dataset.userId = userId;
     article.dataset.state = "pending";
     article.dataset.steps = "0";
+    article.dataset.own = own ? "yes" : "no";
     const user = el("div", "user");
-    user.append(el("span", "who", "you"), el("span", "text", text));
+    user.append(el("span", "who", own ? "you" : "someone else"), el("span", "text", text));
     const thinking = el("details", "thinking");
     thinking.open = this.showReasoning;
     const summary = el("summary", undefined, "Thinking · ");
@@ -413,6 +433,7 @@ class DebugClient {
       shownSteps: 0,
       hiddenSteps: 0,
       done: false,
+      own,
     });
     while (this.turns.size > MAX_TURNS) {
       const oldest = this.turns.keys().next().value as string;
@@ -434,7 +455,12 @@ function main(): void {
   roomInput.value = params.get("room") ?? newId("conv");
   identityInput.value = params.get("identity") ?? newId("web").slice(0, 14);
   if (params.get("reasoning") === "off") toggle.checked = false;
-  const client = new DebugClient($("log"), $("status"), toggle.checked);
+  const client = new DebugClient(
+    $("log"),
+    $("status"),
+    toggle.checked,
+    params.get("agent") ?? undefined,
+  );
   document.body.dataset.state = "idle";
 
   const connect = async (): Promise<void> => {
