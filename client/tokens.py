@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Final
 
@@ -26,10 +27,22 @@ def mint_token(
     room: str,
     identity: str,
     ttl: timedelta = timedelta(hours=6),
+    attributes: Mapping[str, str] | None = None,
 ) -> str:
-    """A JWT that lets ``identity`` join ``room`` and publish data."""
+    """A JWT that lets ``identity`` join ``room`` and publish data, with ``attributes``.
+
+    The participant may not update its own metadata or attributes, so the attributes
+    minted here are grants the worker can honour.
+    """
     grants = api.VideoGrants(
-        room_join=True, room=room, can_publish=True, can_publish_data=True, can_subscribe=True
+        room_join=True,
+        room=room,
+        can_publish=True,
+        can_publish_data=True,
+        can_subscribe=True,
+        can_update_own_metadata=False,
     )
     tok = api.AccessToken(api_key, api_secret).with_identity(identity).with_name(identity)
+    if attributes:
+        tok = tok.with_attributes(dict(attributes))
     return tok.with_grants(grants).with_ttl(ttl).to_jwt()

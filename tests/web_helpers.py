@@ -19,7 +19,10 @@ __all__ = ["serving_web"]
 async def serving_web(server: LiveKitServer) -> AsyncIterator[str]:
     """The base URL (``http://127.0.0.1:PORT/``) of the app, for ``server``'s rooms."""
     settings = WebSettings(
-        livekit_url=server.url, api_key=server.api_key, api_secret=server.api_secret
+        livekit_url=server.url,
+        api_key=server.api_key,
+        api_secret=server.api_secret,
+        tokens="dev",
     )
     port = free_port()
     config = uvicorn.Config(
