@@ -174,6 +174,27 @@ async def test_the_page_ignores_a_participant_forging_agent_messages(
     assert "FORGED" not in json.dumps(report)
 
 
+async def test_with_the_issuer_off_the_page_joins_with_a_backend_token_in_the_fragment(
+    livekit_server: LiveKitServer,
+) -> None:
+    """Production shape: no /token; the app's backend minted the token (fragment only)."""
+    from client.tokens import mint_token
+
+    room = new_id("conv")
+    jwt = mint_token(livekit_server.api_key, livekit_server.api_secret, room=room, identity="b1")
+    fragment = urlencode({"token": jwt, "url": livekit_server.url})
+    async with (
+        serving_web(livekit_server, tokens="off") as base,
+        scripted_agent(livekit_server, room, Script()),
+    ):
+        report = await drive(
+            page_url(base, room) + "#" + fragment,
+            ARTIFACTS / "browser-backend-token.png",
+            question_1="6 x 7?",
+        )
+    assert report["first"]["answer"] == "The answer is 42. Easy."
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
     async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:

@@ -16,13 +16,13 @@ __all__ = ["serving_web"]
 
 
 @contextlib.asynccontextmanager
-async def serving_web(server: LiveKitServer) -> AsyncIterator[str]:
+async def serving_web(server: LiveKitServer, *, tokens: str = "dev") -> AsyncIterator[str]:
     """The base URL (``http://127.0.0.1:PORT/``) of the app, for ``server``'s rooms."""
     settings = WebSettings(
         livekit_url=server.url,
         api_key=server.api_key,
         api_secret=server.api_secret,
-        tokens="dev",
+        tokens="dev" if tokens == "dev" else "off",
     )
     port = free_port()
     config = uvicorn.Config(
