@@ -6,11 +6,9 @@ exactly what is stored, and the analytics views must count it."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -20,21 +18,14 @@ from storage_db import fetch, new_database
 from harness import LiveKitServer, PostgresServer
 from harness.recorded_llm import RecordedLLM
 from protocol import (
-    DATA_TOPIC,
     AssistantSentence,
-    Body,
-    Configuration,
-    Envelope,
     ReasoningStep,
-    StanzaCounter,
     StartAnswer,
     ToolUseRequest,
     UserMessage,
-    decode,
-    encode,
-    envelope,
     new_id,
 )
+from tests.livekit_helpers import ProtocolClient
 from tests.worker_proc import running_worker
 from tests.worker_streams import combined_streams
 
@@ -46,64 +37,6 @@ async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Recorde
     streams = combined_streams(tmp_path_factory.mktemp("streams"))
     async with RecordedLLM(streams_dir=streams) as server:
         yield server
-
-
-class Client:
-    """A protocol client: numbers what it sends, keeps what the agent sends."""
-
-    def __init__(self, room: rtc.Room, conversation_id: str) -> None:
-        self.room = room
-        self.conversation_id = conversation_id
-        self.counter = StanzaCounter("client")
-        self.last_sent = 0
-        self.box: list[Envelope[Any]] = []
-        self.agent = ""
-        self._event = asyncio.Event()
-        room.on("data_received", self._on_data)
-
-    def _on_data(self, packet: rtc.DataPacket) -> None:
-        sender = packet.participant
-        if packet.topic == DATA_TOPIC and sender is not None and sender.identity == self.agent:
-            self.box.append(decode(packet.data))
-            self._event.set()
-
-    async def wait_for_agent(self) -> None:
-        async with asyncio.timeout(30):
-            while not self.agent:
-                for p in self.room.remote_participants.values():
-                    if p.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
-                        self.agent = p.identity
-                await asyncio.sleep(0.02)
-
-    async def send(self, body: Body) -> None:
-        self.last_sent = self.counter.next()
-        env = envelope(body, stanza_id=self.last_sent, conversation_id=self.conversation_id)
-        await self.room.local_participant.publish_data(
-            encode(env), reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
-        )
-
-    async def wait_for(self, kind: type[Any], within: float = 30.0, **match: Any) -> Any:
-        async with asyncio.timeout(within):
-            while True:
-                for env in self.box:
-                    body = env.body
-                    if isinstance(body, kind) and all(
-                        getattr(body, k) == v for k, v in match.items()
-                    ):
-                        return body
-                self._event.clear()
-                await self._event.wait()
-
-    async def handshake(self) -> None:
-        for _ in range(15):  # the first packets of a new participant can go unanswered
-            await self.send(Configuration(features=["reasoning_step_display", "streaming"]))
-            with contextlib.suppress(TimeoutError):
-                await self.wait_for(Configuration, within=1.0)
-                return
-        raise TimeoutError("no Configuration reply")
-
-    def of(self, kind: type[Any]) -> list[Any]:
-        return [e.body for e in self.box if isinstance(e.body, kind)]
 
 
 async def test_a_turn_through_the_real_worker_is_stored_exactly(
@@ -127,7 +60,7 @@ async def test_a_turn_through_the_real_worker_is_stored_exactly(
             r = rtc.Room()
             await r.connect(livekit_server.url, livekit_server.token("alice", room))
             try:
-                alice = Client(r, room)
+                alice = ProtocolClient(r, room)
                 await alice.wait_for_agent()
                 await alice.handshake()
                 llm.script("calculator_tool_call")
