@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = p.add_mutually_exclusive_group()
     show.add_argument("--show-reasoning", dest="show_reasoning", action="store_true", default=True)
     show.add_argument("--hide-reasoning", dest="show_reasoning", action="store_false")
+    p.add_argument(
+        "--agent-name",
+        default=os.environ.get("ALICIA_AGENT_NAME") or None,
+        help="trust only the agent dispatched under this name (explicit dispatch)",
+    )
     p.add_argument("--json", action="store_true", help="print envelopes as JSON lines")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per answer")
     p.add_argument(
@@ -129,7 +134,7 @@ async def run(args: argparse.Namespace) -> int:
 
     status = err if args.json else out
     renderer = TurnRenderer(out)
-    session = ClientSession(show_reasoning=args.show_reasoning)
+    session = ClientSession(show_reasoning=args.show_reasoning, agent_name=args.agent_name)
     if args.json:
 
         def print_json(env: Envelope[Any]) -> None:

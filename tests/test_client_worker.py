@@ -101,3 +101,43 @@ async def test_cli_json_envelopes_from_the_worker_follow_the_turn_order(
     assert " ".join(s["text"].strip() for s in sentences) == spec.answer
     assert sentences[-1]["isFinal"] is True
     assert [s["sequence"] for s in sentences] == list(range(1, len(sentences) + 1))
+
+
+async def test_under_explicit_dispatch_the_client_trusts_only_the_named_agent(
+    livekit_server: LiveKitServer, llm: RecordedLLM, streams: dict[str, StreamSpec]
+) -> None:
+    """The worker registered as ``alicia-test`` is dispatched to a room by name; a client
+    expecting that name finds it (livekit-server's ``lk.agent_name``), one expecting
+    another name trusts no one and sends nothing."""
+    from livekit import api
+
+    from client import AgentMissingError, ClientSession
+
+    room = new_id("conv")
+    env = {**NO_LOAD_LIMIT, "ALICIA_AGENT_NAME": "alicia-test"}
+    async with running_worker(livekit_server, llm.base_url, env=env) as proc:
+        http_url = "http" + livekit_server.url[2:]
+        async with api.LiveKitAPI(
+            http_url, livekit_server.api_key, livekit_server.api_secret
+        ) as lk:
+            await lk.agent_dispatch.create_dispatch(
+                api.CreateAgentDispatchRequest(agent_name="alicia-test", room=room)
+            )
+        spec = streams["deepseek_reasoning_content"]
+        async with (
+            ClientSession(agent_name="alicia-test") as right,
+            ClientSession(agent_name="someone-else") as wrong,
+        ):
+            await right.connect(livekit_server.url, livekit_server.token("right", room))
+            await wrong.connect(livekit_server.url, livekit_server.token("wrong", room))
+            try:
+                assert (await right.wait_for_agent(30)).startswith("agent-")
+            except AgentMissingError as exc:
+                raise AssertionError(proc.log()) from exc
+            await right.handshake()
+            turn = await right.ask(spec.user)
+            await right.wait_turn(turn, timeout=30)
+            with pytest.raises(AgentMissingError):
+                await wrong.wait_for_agent(1)
+    assert turn.answer.split() == spec.answer.split()
+    assert wrong.agent_identity is None and wrong.assembler.turns == []
