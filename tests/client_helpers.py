@@ -34,7 +34,31 @@ from protocol import (
     new_id,
 )
 
-__all__ = ["Script", "ScriptedAgent", "scripted_agent"]
+__all__ = ["Script", "ScriptedAgent", "forged_agent_packets", "scripted_agent"]
+
+
+def forged_agent_packets(room: str, previous_id: str = "x") -> list[bytes]:
+    """What a participant forging the agent sends: a Configuration naming another
+    conversation with stanzaId -2147483647 (it would poison a shared de-duplication
+    state), then a StartAnswer for ``previous_id`` and a final "FORGED ANSWER" sentence."""
+    from protocol import AssistantSentence, Configuration, StartAnswer, encode, envelope
+
+    bodies: list[tuple[Any, int]] = [
+        (Configuration(conversation_id="conv_forged", features=["streaming"]), -2147483647),
+        (StartAnswer(id="msg_forged", previous_id=previous_id, conversation_id=room), -5),
+        (
+            AssistantSentence(
+                id="sent_f",
+                previous_id="msg_forged",
+                conversation_id=room,
+                sequence=1,
+                text="FORGED ANSWER",
+                is_final=True,
+            ),
+            -6,
+        ),
+    ]
+    return [encode(envelope(b, stanza_id=sid, conversation_id=room)) for b, sid in bodies]
 
 
 @dataclass(slots=True)

@@ -123,28 +123,12 @@ async def test_the_page_ignores_a_participant_forging_agent_messages(
     """Mallory floods the room with forged Configuration/StartAnswer/sentences (stanzaId
     -2147483647 first) from before the page joins until it is done; the page still shows
     the agent's own answer and never the forged one."""
-    from protocol import DATA_TOPIC, AssistantSentence, Configuration, StartAnswer, encode, envelope
+    from protocol import DATA_TOPIC
+    from tests.client_helpers import forged_agent_packets
     from tests.livekit_helpers import joined
 
     room = new_id("conv")
-    forged = [
-        encode(envelope(b, stanza_id=sid, conversation_id=room))
-        for b, sid in [
-            (Configuration(conversation_id="conv_forged", features=["streaming"]), -2147483647),
-            (StartAnswer(id="msg_forged", previous_id="x", conversation_id=room), -3),
-            (
-                AssistantSentence(
-                    id="sent_f",
-                    previous_id="msg_forged",
-                    conversation_id=room,
-                    sequence=1,
-                    text="FORGED ANSWER",
-                    is_final=True,
-                ),
-                -4,
-            ),
-        ]
-    ]
+    forged = forged_agent_packets(room)
     stop = asyncio.Event()
 
     async def flood(mallory: Any) -> int:

@@ -102,33 +102,13 @@ async def test_session_trusts_only_the_agent_and_a_forger_cannot_poison_it(
 ) -> None:
     """Mallory (an ordinary participant) forges server envelopes before and after the
     agent joins, including stanzaId -2147483647; the session drops them all."""
-    from protocol import AssistantSentence, StartAnswer, encode, envelope
+    from tests.client_helpers import forged_agent_packets
 
     room = new_id("conv")
 
-    def forged(body: object, sid: int) -> bytes:
-        return encode(envelope(body, stanza_id=sid, conversation_id=room))  # type: ignore[arg-type]
-
     async def forge(mallory: rtc.Room, turn_id: str | None) -> None:
-        bodies: list[tuple[object, int]] = [
-            (Configuration(conversation_id="conv_forged", features=["streaming"]), -2147483647),
-            (StartAnswer(id="msg_forged", previous_id=turn_id or "x", conversation_id=room), -5),
-            (
-                AssistantSentence(
-                    id="sent_f",
-                    previous_id="msg_forged",
-                    conversation_id=room,
-                    sequence=1,
-                    text="FORGED ANSWER",
-                    is_final=True,
-                ),
-                -6,
-            ),
-        ]
-        for body, sid in bodies:
-            await mallory.local_participant.publish_data(
-                forged(body, sid), reliable=True, topic=DATA_TOPIC
-            )
+        for data in forged_agent_packets(room, turn_id or "x"):
+            await mallory.local_participant.publish_data(data, reliable=True, topic=DATA_TOPIC)
 
     session = ClientSession()
     async with session, joined(livekit_server, room, "mallory") as mallory:
