@@ -145,6 +145,12 @@ async def test_an_operator_may_stop_and_regenerate_anyone_but_not_a_self_made_on
         await a.wait_for(lambda box: len(of(box, StartAnswer)) >= 2)
     assert [s.previous_id for s in of(box, StartAnswer)] == [msg.id]
     assert of(op.inbox(), ErrorMessage) == []
+    # The honoured stop is recorded (it marks the stored answer incomplete); the refused
+    # one is not.
+    answer_id = of(box, StartAnswer)[0].id
+    from_clients = [e.body for e in r.sink.envelopes if e.stanza_id > 0]
+    stops = [b for b in from_clients if isinstance(b, ControlStop)]
+    assert [(b.target_id, b.stop_type) for b in stops] == [(answer_id, "generation")]
 
 
 async def test_a_reused_message_id_is_refused_and_runs_no_turn(llm: RecordedLLM) -> None:
