@@ -485,11 +485,11 @@ class Conversation:
     async def _on_stop(self, p: Participant, body: ControlStop, stanza_id: int) -> None:
         kind = body.stop_type or "generation"
         turn = self._find_turn(body.target_id, p)
-        target_owner = self._owner(body.target_id) if body.target_id is not None else None
         if body.target_id is not None:
-            owner = turn.request.requester if turn is not None else target_owner
-            if owner is None:
-                owner = self._queued_owner(body.target_id)
+            if turn is not None:
+                owner: str | None = turn.request.requester
+            else:  # a finished turn, or one still waiting in a queue
+                owner = self._owner(body.target_id) or self._queued_owner(body.target_id)
             if owner is not None and not self._may_act_for(p, owner):
                 self._refuse("not_permitted", p.identity, action="stop")
                 raise NotPermitted(f"{body.target_id!r} is another participant's turn")
