@@ -64,6 +64,11 @@ class Settings:
     (answers only; reasoning is never sent back)."""
     database_url: str | None = field(default=None, repr=False)
     """``DATABASE_URL`` (default unset = persistence off): SQLAlchemy async URL for storage."""
+    reasoning_visibility: Literal["full", "summary", "encrypted", "none"] = "none"
+    """``ALICIA_REASONING_VISIBILITY`` (default ``none``): the reasoning a participant may
+    see when its join token grants none (attribute ``alicia.reasoning``). ``full``:
+    plaintext steps. ``summary`` and ``encrypted`` are reserved levels that currently
+    withhold steps like ``none``."""
     show_reasoning_default: bool = True
     """``ALICIA_SHOW_REASONING_DEFAULT`` (default true): whether a client whose Configuration
     lists no ``features`` at all receives ReasoningSteps (spec default: send)."""
@@ -165,6 +170,7 @@ class Settings:
             system_prompt=r.text("ALICIA_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
             history_turns=r.integer("ALICIA_HISTORY_TURNS", 20, low=0),
             database_url=r.optional("DATABASE_URL"),
+            reasoning_visibility=_visibility(r.optional("ALICIA_REASONING_VISIBILITY")),
             show_reasoning_default=r.flag("ALICIA_SHOW_REASONING_DEFAULT", True),
             step_max_delay_s=r.number("ALICIA_STEP_MAX_DELAY", 1.0, low=0.01),
             tools_enabled=r.flag("ALICIA_TOOLS", True),
@@ -189,6 +195,21 @@ class Settings:
             timing_meta=r.flag("ALICIA_TIMING_META", False),
         )
         return settings
+
+
+def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "none"]:
+    level = (value or "none").lower()
+    if level == "full":
+        return "full"
+    if level == "summary":
+        return "summary"
+    if level == "encrypted":
+        return "encrypted"
+    if level == "none":
+        return "none"
+    raise SettingsError(
+        f"ALICIA_REASONING_VISIBILITY must be full, summary, encrypted or none, not {value!r}"
+    )
 
 
 class _Reader:

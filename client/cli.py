@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--show-reasoning", dest="show_reasoning", action="store_true", default=True)
     show.add_argument("--hide-reasoning", dest="show_reasoning", action="store_false")
     p.add_argument(
+        "--grant-reasoning",
+        choices=["full", "summary", "encrypted", "none"],
+        default="full",
+        help="with --api-key/--api-secret: the reasoning level the minted token grants "
+        "(default full; the server decides what the client sees)",
+    )
+    p.add_argument(
         "--agent-name",
         default=os.environ.get("ALICIA_AGENT_NAME") or None,
         help="trust only the agent dispatched under this name (explicit dispatch)",
@@ -130,7 +137,13 @@ async def run(args: argparse.Namespace) -> int:
         if not (valid_name(room) and valid_name(identity)):
             err.print("[red]error:[/] room and identity must be 1-128 of [A-Za-z0-9_.-]")
             return EXIT_USAGE
-        token = mint_token(args.api_key, args.api_secret, room=room, identity=identity)
+        token = mint_token(
+            args.api_key,
+            args.api_secret,
+            room=room,
+            identity=identity,
+            attributes={"alicia.reasoning": args.grant_reasoning},
+        )
 
     status = err if args.json else out
     renderer = TurnRenderer(out)
@@ -164,6 +177,9 @@ async def run(args: argparse.Namespace) -> int:
             f"[dim]agent {agent} ready: conversation {session.conversation_id}, "
             f"server features: {features}; reasoning {shown} (/r toggles)[/]"
         )
+        if session.show_reasoning and "reasoning_steps" not in (config.features or []):
+            # The server decides: the token's grant (or the deployment default) says no.
+            status.print("[yellow]reasoning: not granted to this participant[/]")
 
         async def handle(line: str, *, echo: bool = True) -> int | None:
             text = line.strip()

@@ -9,7 +9,12 @@ from typing import Final
 
 from livekit import api
 
-__all__ = ["NAME_PATTERN", "mint_token", "valid_name"]
+__all__ = ["DEBUG_ATTRIBUTES", "NAME_PATTERN", "mint_token", "valid_name"]
+
+DEBUG_ATTRIBUTES: Final = {"alicia.reasoning": "full"}
+"""What the project's own debugging tokens grant (the CLI's API-key path, the web page's
+development issuer, the demo): plaintext reasoning. Production tokens come from the
+app's backend and grant what it decides."""
 
 NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 """Room names and identities debug clients may ask for."""
@@ -27,7 +32,7 @@ def mint_token(
     room: str,
     identity: str,
     ttl: timedelta = timedelta(hours=6),
-    attributes: Mapping[str, str] | None = None,
+    attributes: Mapping[str, str] | None = DEBUG_ATTRIBUTES,
 ) -> str:
     """A JWT that lets ``identity`` join ``room`` and publish data, with ``attributes``.
 

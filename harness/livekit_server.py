@@ -113,12 +113,20 @@ class LiveKitServer:
         *,
         name: str | None = None,
         agent: bool = False,
+        attributes: dict[str, str] | None = None,
     ) -> str:
-        """A join token for ``identity`` in ``room``, minted with ``livekit-api``."""
+        """A join token for ``identity`` in ``room``, minted with ``livekit-api``.
+
+        Like every debugging token of the project it grants plaintext reasoning
+        (``alicia.reasoning=full``) unless ``attributes`` says otherwise.
+        """
         from livekit import api
 
         grants = api.VideoGrants(room_join=True, room=room, agent=agent)
         tok = api.AccessToken(self.api_key, self.api_secret).with_identity(identity)
+        attrs = {"alicia.reasoning": "full"} if attributes is None else attributes
+        if attrs:
+            tok = tok.with_attributes(attrs)
         return tok.with_name(name or identity).with_grants(grants).to_jwt()
 
     def env(self) -> dict[str, str]:

@@ -16,7 +16,10 @@ from typing import Any
 from agent.engine.transport import UNKNOWN_PEER, Incoming, Left, Packet, Peer, TransportError
 from protocol import Body, Envelope, StanzaCounter, decode, encode, envelope
 
-__all__ = ["FakeClient", "MemoryTransport", "RecordingSink", "Sent"]
+__all__ = ["DEBUG_PEER", "FakeClient", "MemoryTransport", "RecordingSink", "Sent"]
+
+DEBUG_PEER = Peer(attributes={"alicia.reasoning": "full"})
+"""A client joined with one of the project's debugging tokens: granted plaintext steps."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +110,7 @@ class FakeClient:
         transport: MemoryTransport,
         identity: str,
         conversation_id: str,
-        peer: Peer = UNKNOWN_PEER,
+        peer: Peer = DEBUG_PEER,
     ) -> None:
         self.transport = transport
         self.identity = identity

@@ -75,6 +75,27 @@ async def test_cli_shows_the_workers_steps_tool_and_answer_then_hides_steps(
     assert "reasoning steps hidden" not in second  # the worker stopped sending them
 
 
+async def test_a_cli_token_granting_no_reasoning_gets_the_answer_and_no_steps(
+    livekit_server: LiveKitServer, worker: WorkerProcess, streams: dict[str, StreamSpec]
+) -> None:
+    """The client asks for steps; the token it minted grants none; the server decides."""
+    spec = streams["deepseek_reasoning_content"]
+    code, out, err = await run_cli(
+        "--room",
+        new_id("conv"),
+        "--grant-reasoning",
+        "none",
+        "--say",
+        spec.user,
+        "--exit-after",
+        env=livekit_server.env(),
+    )
+    assert code == 0, f"{out}\n{err}\n{worker.log()}"
+    assert "reasoning: not granted to this participant" in out
+    assert "▸" not in out and spec.steps[0][:40] not in out
+    assert f"alicia > {spec.answer}" in out
+
+
 async def test_cli_json_envelopes_from_the_worker_follow_the_turn_order(
     livekit_server: LiveKitServer, worker: WorkerProcess, streams: dict[str, StreamSpec]
 ) -> None:

@@ -55,6 +55,10 @@ def test_every_variable_is_read() -> None:
         "ALICIA_SYSTEM_PROMPT": "Be brief.",
         "ALICIA_MAX_ROOMS": "40",
         "ALICIA_NATIVE_LOGS": "capture",
+        "ALICIA_REASONING_VISIBILITY": "full",
+        "ALICIA_REPLAY_MAX_BYTES": "1000",
+        "ALICIA_RESUME_BURST": "2",
+        "ALICIA_RESUME_RATE": "0.5",
     }
     s = Settings.from_env(env)
     assert (s.llm_api_key, s.database_url) == ("sk-test", env["DATABASE_URL"])
@@ -67,6 +71,12 @@ def test_every_variable_is_read() -> None:
     assert (s.max_tool_rounds, s.history_turns, s.llm_timeout_s) == (2, 5, 30.0)
     assert s.system_prompt == "Be brief."
     assert (s.max_rooms, s.native_logs) == (40, "capture")
+    assert s.reasoning_visibility == "full"
+    assert (s.replay_max_bytes, s.resume_burst, s.resume_rate_per_s) == (1000, 2, 0.5)
+
+
+def test_reasoning_is_withheld_unless_a_grant_or_the_deployment_says_otherwise() -> None:
+    assert Settings.from_env(REQUIRED).reasoning_visibility == "none"
 
 
 def test_secrets_stay_out_of_repr() -> None:
@@ -94,6 +104,8 @@ def test_secrets_stay_out_of_repr() -> None:
         ({"ALICIA_MAX_ROOMS": "2.5"}, "ALICIA_MAX_ROOMS must be an integer"),
         ({"ALICIA_NATIVE_LOGS": "stdout"}, "ALICIA_NATIVE_LOGS must be stderr or capture"),
         ({"ALICIA_NATIVE_LOGS": "CAPTURE"}, "ALICIA_NATIVE_LOGS must be stderr or capture"),
+        ({"ALICIA_REASONING_VISIBILITY": "all"}, "ALICIA_REASONING_VISIBILITY must be full"),
+        ({"ALICIA_RESUME_BURST": "0"}, "ALICIA_RESUME_BURST must be at least 1"),
     ],
 )
 def test_bad_values_name_the_variable(change: dict[str, str], message: str) -> None:

@@ -17,6 +17,9 @@ from tests.livekit_helpers import Inbox, joined, wait_for_participant
 
 pytestmark = pytest.mark.integration
 
+GRANTED = Peer(attributes={"alicia.reasoning": "full"})
+"""What the server says of a participant joined with the harness's debugging token."""
+
 
 async def next_item(items: AsyncIterator[Incoming], within: float = 10.0) -> Incoming:
     async with asyncio.timeout(within):
@@ -49,7 +52,11 @@ async def test_packets_flow_both_ways_and_departures_are_reported(
                     topic=DATA_TOPIC,
                 )
             got = [await next_item(items) for _ in range(3)]
-            assert got == [Packet("alice", b"a0"), Packet("alice", b"a1"), Packet("alice", b"a2")]
+            assert [(p.sender, p.data) for p in got if isinstance(p, Packet)] == [
+                ("alice", b"a0"),
+                ("alice", b"a1"),
+                ("alice", b"a2"),
+            ]
             # Outgoing: to one identity, then to several.
             await transport.send(b"only-bob", to=["bob"])
             await transport.send(b"both", to=["alice", "bob"])
@@ -104,8 +111,8 @@ async def test_a_full_incoming_queue_drops_and_counts(livekit_server: LiveKitSer
                     await asyncio.sleep(0.01)
             items = aiter(transport)
             assert [await next_item(items), await next_item(items)] == [
-                Packet("alice", b"\x00"),
-                Packet("alice", b"\x01"),
+                Packet("alice", b"\x00", GRANTED),
+                Packet("alice", b"\x01", GRANTED),
             ]
 
 
@@ -157,8 +164,8 @@ async def test_routed_rooms_in_one_process_still_get_their_own_packets(
             await bob.local_participant.publish_data(
                 b"to-two", reliable=True, destination_identities=["agent"], topic=DATA_TOPIC
             )
-            assert await next_item(aiter(t1)) == Packet("alice", b"to-one")
-            assert await next_item(aiter(t2)) == Packet("bob", b"to-two")
+            assert await next_item(aiter(t1)) == Packet("alice", b"to-one", GRANTED)
+            assert await next_item(aiter(t2)) == Packet("bob", b"to-two", GRANTED)
             bob_inbox = Inbox(bob, DATA_TOPIC)
             for i in range(20):
                 await t2.send(bytes([i]), to=["bob"])

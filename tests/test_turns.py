@@ -24,7 +24,7 @@ import pytest_asyncio
 
 from agent.engine.conversation import META_MODEL, Conversation
 from agent.engine.tools import default_tools
-from agent.engine.transport import UNKNOWN_PEER, Peer
+from agent.engine.transport import Peer
 from agent.settings import Settings
 from harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
 from protocol import (
@@ -49,7 +49,7 @@ from protocol import (
     envelope,
     new_id,
 )
-from tests.fakes import FakeClient, MemoryTransport, RecordingSink
+from tests.fakes import DEBUG_PEER, FakeClient, MemoryTransport, RecordingSink
 from tests.worker_streams import combined_streams
 
 CONV = "conv_turns_test"
@@ -83,7 +83,7 @@ class Room:
     sink: RecordingSink
     conversation: Conversation
 
-    def client(self, identity: str, peer: Peer = UNKNOWN_PEER) -> FakeClient:
+    def client(self, identity: str, peer: Peer = DEBUG_PEER) -> FakeClient:
         return FakeClient(self.transport, identity, CONV, peer)
 
 

@@ -42,10 +42,13 @@ class WebSettings:
     """``ALICIA_WEB_RESERVED_IDENTITIES`` (default ``agent-``, comma-separated prefixes):
     identities the token endpoint never issues (livekit-agents names its agents
     ``agent-<job id>``)."""
-    token_attributes: Mapping[str, str] = field(default_factory=dict)
-    """``ALICIA_WEB_TOKEN_ATTRIBUTES`` (default none; ``k=v,k2=v2``): the only participant
-    attributes (grants) minted tokens carry. Tokens never allow updating one's own
-    attributes, so these stay grants."""
+    token_attributes: Mapping[str, str] = field(
+        default_factory=lambda: {"alicia.reasoning": "full"}
+    )
+    """``ALICIA_WEB_TOKEN_ATTRIBUTES`` (default ``alicia.reasoning=full``, a debugging
+    grant; ``k=v,k2=v2``, or ``none`` for no attributes): the only participant attributes
+    (grants) minted tokens carry. Tokens never allow updating one's own attributes, so
+    these stay grants."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> WebSettings:

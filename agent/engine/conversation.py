@@ -248,7 +248,7 @@ class Conversation:
         """Incoming packets refused or dropped, by reason (for logs, metrics and tests)."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
-        features = [Feature.REASONING_STEPS, Feature.STREAMING]
+        features = [Feature.STREAMING]
         if self._tools is not None:
             features.append(Feature.TOOL_USE)
         self._features = [str(f) for f in features]
@@ -314,11 +314,19 @@ class Conversation:
                 errors=TokenBucket(s.error_rate_per_s, s.error_burst, clock=self._clock),
                 queue=asyncio.Queue(maxsize=s.queue_size),
                 resumes=TokenBucket(s.resume_rate_per_s, s.resume_burst, clock=self._clock),
+                default_visibility=s.reasoning_visibility,
             )
             self._participants[identity] = p
         if peer is not None:
             p.peer = peer
         return p
+
+    def _features_for(self, p: Participant) -> list[str]:
+        """The Configuration reply's features: ``reasoning_steps`` only for a participant
+        that is granted plaintext steps and asked for them (the server decides)."""
+        if p.receives_steps:
+            return [str(Feature.REASONING_STEPS), *self._features]
+        return list(self._features)
 
     def _refuse(self, reason: str, sender: str, **extra: object) -> None:
         self.refused[reason] += 1
@@ -421,7 +429,7 @@ class Conversation:
                 "join its room to resume it"
             )
         p.apply_features(body.features)
-        reply = Configuration(conversation_id=self.id, features=self._features)
+        reply = Configuration(conversation_id=self.id, features=self._features_for(p))
         seen = abs(body.last_sequence_seen or 0)
         if body.conversation_id != self.id or seen == 0:
             p.configured = True
@@ -444,7 +452,7 @@ class Conversation:
                 for k in self._kept
                 if k.seq > seen
                 and (k.to is None or p.identity in k.to)
-                and (p.show_reasoning or not k.reasoning)
+                and (p.receives_steps or not k.reasoning)
             ]
             size = sum(len(k.data) for k in replay)
             if size > self._settings.replay_max_bytes:
@@ -813,7 +821,7 @@ class Conversation:
             step_index=event.index,
         )
         meta = {META_CLOSED_AT: event.closed_ns} if self._settings.timing_meta else None
-        to = [p.identity for p in self._participants.values() if p.active and p.show_reasoning]
+        to = [p.identity for p in self._participants.values() if p.active and p.receives_steps]
         await self._send(step, to, meta=meta)
 
     async def _open_answer(self, running: _Running) -> None:

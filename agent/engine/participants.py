@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from protocol import (
     DecodeError,
@@ -41,7 +41,9 @@ from .transport import UNKNOWN_PEER, Peer
 __all__ = [
     "OPERATOR_GRANT",
     "REASONING_FEATURES",
+    "REASONING_GRANT",
     "STREAMING_FEATURES",
+    "VISIBILITY_LEVELS",
     "DuplicateId",
     "InternalError",
     "InvalidState",
@@ -52,8 +54,18 @@ __all__ = [
     "Participant",
     "TokenBucket",
     "TurnRequest",
+    "Visibility",
     "WrongConversation",
+    "visibility_of",
 ]
+
+REASONING_GRANT: Final = "alicia.reasoning"
+"""Participant attribute (in the join token) naming the reasoning a participant may see:
+``full``, ``summary``, ``encrypted`` or ``none``. Honoured only from participants that
+cannot update their own attributes; without it, the deployment default applies."""
+Visibility = Literal["full", "summary", "encrypted", "none"]
+"""How much reasoning a participant may see (most to least)."""
+VISIBILITY_LEVELS: Final[tuple[Visibility, ...]] = ("full", "summary", "encrypted", "none")
 
 OPERATOR_GRANT: Final = "alicia.operator"
 """Participant attribute (in the join token) that lets a participant stop, edit and
@@ -65,6 +77,12 @@ REASONING_FEATURES: Final = frozenset({Feature.REASONING_STEP_DISPLAY, Feature.R
 """Either name asks for ReasoningSteps (PROTOCOL.md §4.8)."""
 STREAMING_FEATURES: Final = frozenset({Feature.STREAMING, Feature.PARTIAL_RESPONSES})
 """Either name asks for StartAnswer + AssistantSentence instead of AssistantMessage."""
+
+
+def visibility_of(value: str | None, default: Visibility) -> Visibility:
+    """A grant's level; ``default`` when absent or not a level (never more than asked)."""
+    level = (value or "").strip().lower()
+    return level if level in VISIBILITY_LEVELS else default
 
 
 class PacketTooLarge(DecodeError):
@@ -170,7 +188,8 @@ class Participant:
 
     identity: str
     show_reasoning: bool
-    """Send ReasoningSteps to this client (Configuration features, else the server default)."""
+    """The client asked for ReasoningSteps (Configuration features, else the server
+    default); it gets them only if its :attr:`visibility` also allows."""
     packets: TokenBucket
     errors: TokenBucket
     queue: asyncio.Queue[TurnRequest]
@@ -186,6 +205,8 @@ class Participant:
     """Who the front end says this is (kind, attributes, permissions)."""
     resumes: TokenBucket | None = None
     """Resume Configurations this participant may still ask for (replay budget)."""
+    default_visibility: Visibility = "none"
+    """The deployment's level for participants without a grant."""
     pending_edit: str | None = None
     """User message id named by an ``edit`` variation, waiting for its new UserMessage."""
     edit_timer: asyncio.Task[None] | None = None
@@ -206,6 +227,16 @@ class Participant:
         for request in kept:
             self.queue.put_nowait(request)
         return len(kept) < len(waiting)
+
+    @property
+    def visibility(self) -> Visibility:
+        """The reasoning this participant may see: its trusted grant, else the default."""
+        return visibility_of(self.peer.grant(REASONING_GRANT), self.default_visibility)
+
+    @property
+    def receives_steps(self) -> bool:
+        """Plaintext ReasoningSteps go to this participant: granted ``full`` and asked."""
+        return self.show_reasoning and self.visibility == "full"
 
     def find_queued(self, user_id: str) -> TurnRequest | None:
         """The waiting turn for ``user_id``, left in place; None if there is none."""

@@ -147,7 +147,14 @@ class DebugClient {
     });
     this.conversationId = str(reply, "conversationId") ?? room;
     const features = Array.isArray(reply.features) ? reply.features.join(", ") : "none";
-    this.setState("ready", `ready · conversation ${this.conversationId} · agent features: ${features}`);
+    // The server decides who sees reasoning: the reply lists reasoning_steps only if granted.
+    const granted = Array.isArray(reply.features) && reply.features.includes("reasoning_steps");
+    document.body.dataset.granted = granted ? "full" : "none";
+    const badge = granted || !this.showReasoning ? "" : " · reasoning: not granted";
+    this.setState(
+      "ready",
+      `ready · conversation ${this.conversationId} · agent features: ${features}${badge}`,
+    );
   }
 
   async setShowReasoning(show: boolean): Promise<void> {

@@ -1,0 +1,129 @@
+"""Who sees the chain of thought: the server decides, from the join token.
+
+The level is the participant's ``alicia.reasoning`` token attribute (ignored from a
+participant that may set its own attributes), else ``ALICIA_REASONING_VISIBILITY``
+(default ``none``). A client's Configuration can only narrow it. The recorded reasoning
+is the canary: it must appear in plaintext only where the level is ``full``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from agent.engine.participants import visibility_of
+from agent.engine.transport import UNKNOWN_PEER, Peer
+from harness.recorded_llm import RecordedLLM
+from protocol import Configuration, ReasoningStep
+from tests.test_turns import SHOW, count, final_sentence, of, room, user_message
+from tests.worker_streams import combined_streams
+
+
+def granted(level: str, *, self_settable: bool = False) -> Peer:
+    return Peer(attributes={"alicia.reasoning": level}, can_update_own_attributes=self_settable)
+
+
+@pytest_asyncio.fixture
+async def llm(tmp_path: Path) -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path / "streams")) as server:
+        yield server
+
+
+def test_a_grant_is_a_level_or_the_default() -> None:
+    assert visibility_of("full", "none") == "full"
+    assert visibility_of(" Summary ", "none") == "summary"
+    assert visibility_of(None, "encrypted") == "encrypted"
+    assert visibility_of("everything", "none") == "none"  # never more than a known level
+
+
+async def run_turn(llm: RecordedLLM, peers: dict[str, Peer], **settings: Any) -> dict[str, Any]:
+    """One reasoning turn asked by the first participant; everyone's inbox afterwards."""
+    spec = llm.spec("deepseek_reasoning_content")
+    async with room(llm, **settings) as r:
+        clients = {name: r.client(name, peer) for name, peer in peers.items()}
+        for client in clients.values():
+            client.send(Configuration(features=SHOW))  # everyone asks for the steps
+            await client.wait_for(count(Configuration, 1))
+        first = next(iter(clients.values()))
+        llm.script("deepseek_reasoning_content")
+        first.send(user_message(spec.user))
+        for client in clients.values():
+            await client.wait_for(final_sentence)
+        return {
+            "spec": spec,
+            "boxes": {name: c.inbox() for name, c in clients.items()},
+            "raw": {
+                name: b"".join(s.data for s in r.transport.sent if s.reaches(name))
+                for name in clients
+            },
+        }
+
+
+async def test_only_a_full_grant_gets_plaintext_steps_and_the_reply_says_so(
+    llm: RecordedLLM,
+) -> None:
+    peers = {
+        "full": granted("full"),
+        "summary": granted("summary"),
+        "encrypted": granted("encrypted"),
+        "none": granted("none"),
+        "no-grant": UNKNOWN_PEER,
+        "self-made-full": granted("full", self_settable=True),
+    }
+    out = await run_turn(llm, peers)
+    spec, boxes, raw = out["spec"], out["boxes"], out["raw"]
+    canary = spec.steps[0][:60].encode()
+    counts = {name: len(of(box, ReasoningStep)) for name, box in boxes.items()}
+    assert counts == {name: (len(spec.steps) if name == "full" else 0) for name in peers}
+    assert {name for name, data in raw.items() if canary in data} == {"full"}
+    replies = {name: of(box, Configuration)[0].features for name, box in boxes.items()}
+    assert "reasoning_steps" in replies["full"]
+    assert all("reasoning_steps" not in f for n, f in replies.items() if n != "full")
+
+
+async def test_the_deployment_default_applies_without_a_grant_and_a_grant_overrides_it(
+    llm: RecordedLLM,
+) -> None:
+    out = await run_turn(
+        llm,
+        {"no-grant": UNKNOWN_PEER, "denied": granted("none")},
+        reasoning_visibility="full",
+    )
+    steps = {name: len(of(box, ReasoningStep)) for name, box in out["boxes"].items()}
+    assert steps == {"no-grant": len(out["spec"].steps), "denied": 0}
+
+
+async def test_a_configuration_only_narrows(llm: RecordedLLM) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    async with room(llm) as r:
+        hides = r.client("hides", granted("full"))
+        hides.send(Configuration(features=["streaming"]))  # granted full, asks for none
+        await hides.wait_for(count(Configuration, 1))
+        llm.script("deepseek_reasoning_content")
+        hides.send(user_message(spec.user))
+        box = await hides.wait_for(final_sentence)
+    assert of(box, ReasoningStep) == []
+    assert "reasoning_steps" not in (of(box, Configuration)[0].features or [])
+
+
+@pytest.mark.parametrize("level", ["summary", "encrypted", "none"])
+async def test_replay_to_a_resuming_client_holds_only_what_it_may_see(
+    llm: RecordedLLM, level: str
+) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    async with room(llm) as r:
+        asker, other = r.client("asker", granted("full")), r.client("other", granted(level))
+        for c in (asker, other):
+            c.send(Configuration(features=SHOW))
+            await c.wait_for(count(Configuration, 1))
+        llm.script("deepseek_reasoning_content")
+        asker.send(user_message(spec.user))
+        await asker.wait_for(final_sentence)
+        await other.wait_for(final_sentence)
+        other.send(Configuration(conversation_id=r.conversation.id, last_sequence_seen=1))
+        box = await other.wait_for(count(Configuration, 2))
+    assert of(box, ReasoningStep) == []

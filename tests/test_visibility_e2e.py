@@ -1,0 +1,94 @@
+"""The reasoning level comes from the join token, end to end: real livekit-server, the
+real worker, the recorded LLM over HTTP.
+
+One room, six participants that all ask for reasoning steps: tokens granting ``full``,
+``summary``, ``encrypted`` and ``none``, one token with no grant, and one that may update
+its own attributes and sets itself ``alicia.reasoning=full``. The recorded reasoning is
+the canary: its text reaches, in plaintext, only the ``full`` participant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from livekit import api, rtc
+
+from harness import LiveKitServer
+from harness.recorded_llm import RecordedLLM
+from protocol import AssistantSentence, Configuration, ReasoningStep, UserMessage, new_id
+from tests.livekit_helpers import ProtocolClient
+from tests.worker_proc import running_worker
+from tests.worker_streams import combined_streams
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:
+        yield server
+
+
+def token(server: LiveKitServer, room: str, identity: str, level: str | None, *, own: bool) -> str:
+    grants = api.VideoGrants(room_join=True, room=room, can_update_own_metadata=own)
+    tok = api.AccessToken(server.api_key, server.api_secret).with_identity(identity)
+    if level is not None:
+        tok = tok.with_attributes({"alicia.reasoning": level})
+    return tok.with_grants(grants).to_jwt()
+
+
+async def test_each_participant_gets_exactly_the_level_its_token_grants(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    room = new_id("conv")
+    spec = llm.spec("deepseek_reasoning_content")
+    who = {
+        "full": ("full", False),
+        "summary": ("summary", False),
+        "encrypted": ("encrypted", False),
+        "none": ("none", False),
+        "no-grant": (None, False),
+        "self-made": (None, True),
+    }
+    async with (
+        running_worker(livekit_server, llm.base_url, env={"ALICIA_LOAD_THRESHOLD": "inf"}) as w,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        clients: dict[str, ProtocolClient] = {}
+        for name, (level, own) in who.items():
+            r = rtc.Room()
+            await r.connect(livekit_server.url, token(livekit_server, room, name, level, own=own))
+            stack.push_async_callback(r.disconnect)
+            clients[name] = ProtocolClient(r, room)
+        # The participant allowed to change its attributes raises its own level.
+        await clients["self-made"].room.local_participant.set_attributes(
+            {"alicia.reasoning": "full"}
+        )
+        try:
+            for c in clients.values():
+                await c.wait_for_agent()
+                await c.handshake()  # every one asks for reasoning_step_display
+            question = UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user)
+            llm.script("deepseek_reasoning_content")
+            await clients["full"].send(question)
+            for c in clients.values():
+                await c.wait_for(AssistantSentence, is_final=True)
+        except BaseException as exc:
+            raise AssertionError(f"{exc!r}\n{w.log()}") from exc
+    canary = spec.steps[0][:60]
+    steps = {name: c.of(ReasoningStep) for name, c in clients.items()}
+    assert {name: len(s) for name, s in steps.items()} == {
+        name: (len(spec.steps) if name == "full" else 0) for name in who
+    }
+    assert [s.content for s in steps["full"]] == list(spec.steps)
+    plaintext = {name for name, c in clients.items() if any(canary in repr(e.body) for e in c.box)}
+    assert plaintext == {"full"}
+    features = {name: c.of(Configuration)[0].features or [] for name, c in clients.items()}
+    assert {name for name, f in features.items() if "reasoning_steps" in f} == {"full"}
+    answers = {
+        name: " ".join(s.text for s in c.of(AssistantSentence)) for name, c in clients.items()
+    }
+    assert all(a.split() == spec.answer.split() for a in answers.values())  # answers: all
