@@ -67,8 +67,13 @@ class Settings:
     reasoning_visibility: Literal["full", "summary", "encrypted", "none"] = "none"
     """``ALICIA_REASONING_VISIBILITY`` (default ``none``): the reasoning a participant may
     see when its join token grants none (attribute ``alicia.reasoning``). ``full``:
-    plaintext steps. ``summary`` and ``encrypted`` are reserved levels that currently
-    withhold steps like ``none``."""
+    plaintext steps; ``summary``: a summary, the step itself only encrypted;
+    ``encrypted``: only the encrypted value; ``none``: no steps."""
+    reasoning_keys: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    """``ALICIA_REASONING_KEYS`` (default none): ``kid=base64(32 bytes)``, comma-separated.
+    The first key encrypts reasoning values (JWE ``dir`` + ``A256GCM``), every key
+    decrypts (rotation). Without keys, ``summary`` participants get summaries only and
+    ``encrypted`` participants get no steps."""
     show_reasoning_default: bool = True
     """``ALICIA_SHOW_REASONING_DEFAULT`` (default true): whether a client whose Configuration
     lists no ``features`` at all receives ReasoningSteps (spec default: send)."""
@@ -171,6 +176,7 @@ class Settings:
             history_turns=r.integer("ALICIA_HISTORY_TURNS", 20, low=0),
             database_url=r.optional("DATABASE_URL"),
             reasoning_visibility=_visibility(r.optional("ALICIA_REASONING_VISIBILITY")),
+            reasoning_keys=_keys(r.optional("ALICIA_REASONING_KEYS")),
             show_reasoning_default=r.flag("ALICIA_SHOW_REASONING_DEFAULT", True),
             step_max_delay_s=r.number("ALICIA_STEP_MAX_DELAY", 1.0, low=0.01),
             tools_enabled=r.flag("ALICIA_TOOLS", True),
@@ -210,6 +216,15 @@ def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "n
     raise SettingsError(
         f"ALICIA_REASONING_VISIBILITY must be full, summary, encrypted or none, not {value!r}"
     )
+
+
+def _keys(value: str | None) -> tuple[tuple[str, bytes], ...]:
+    from agent.engine.sealing import KeyConfigError, parse_keys
+
+    try:
+        return tuple(parse_keys(value or ""))
+    except KeyConfigError as exc:
+        raise SettingsError(f"ALICIA_REASONING_KEYS: {exc}") from None
 
 
 class _Reader:

@@ -177,9 +177,17 @@ async def run(args: argparse.Namespace) -> int:
             f"[dim]agent {agent} ready: conversation {session.conversation_id}, "
             f"server features: {features}; reasoning {shown} (/r toggles)[/]"
         )
-        if session.show_reasoning and "reasoning_steps" not in (config.features or []):
-            # The server decides: the token's grant (or the deployment default) says no.
-            status.print("[yellow]reasoning: not granted to this participant[/]")
+        if session.show_reasoning:
+            # The server decides what this participant sees; say which level it granted.
+            granted = set(config.features or [])
+            if "reasoning_steps" in granted:
+                pass
+            elif "reasoning_summary" in granted:
+                status.print("[yellow]reasoning: summary (the full steps only encrypted)[/]")
+            elif "reasoning_encrypted" in granted:
+                status.print("[yellow]reasoning: encrypted (steps are opaque values)[/]")
+            else:
+                status.print("[yellow]reasoning: not granted to this participant[/]")
 
         async def handle(line: str, *, echo: bool = True) -> int | None:
             text = line.strip()

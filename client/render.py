@@ -60,9 +60,8 @@ class TurnRenderer:
             step = event.step
             total = step.total_steps or event.turn.total_steps
             label = step_label(step.step_index, total)
-            c.print(
-                Text.assemble(("  ▸ ", "dim"), (f"{label}: ", "dim bold"), (step.content, "dim"))
-            )
+            text = step.content or ("[encrypted]" if step.encrypted_value else "")
+            c.print(Text.assemble(("  ▸ ", "dim"), (f"{label}: ", "dim bold"), (text, "dim")))
         elif isinstance(event, ToolRequested):
             req = event.request
             c.print(

@@ -83,6 +83,8 @@ class Feature(enum.StrEnum):
     PARTIAL_TRANSCRIPTS = "partial_transcripts"
     REASONING_STEP_DISPLAY = "reasoning_step_display"
     REASONING_STEPS = "reasoning_steps"
+    REASONING_SUMMARY = "reasoning_summary"
+    REASONING_ENCRYPTED = "reasoning_encrypted"
     TOOL_USE = "tool_use"
 
 
@@ -155,6 +157,9 @@ class ReasoningStep(_Body, frozen=True):
     content: str
     step_index: Int32
     total_steps: Int32 | None = None
+    encrypted_value: str | None = None
+    """The whole step as JWE compact serialisation, for clients granted only a summary or
+    the encrypted value (extension: ``protocol/DECISIONS.md``). Opaque to clients."""
 
 
 class ToolUseRequest(_Body, frozen=True):

@@ -8,6 +8,7 @@ is the canary: it must appear in plaintext only where the level is ``full``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,9 @@ import pytest
 import pytest_asyncio
 
 from agent.engine.participants import visibility_of
+from agent.engine.sealing import ReasoningSealer
 from agent.engine.transport import UNKNOWN_PEER, Peer
+from agent.llm.summary import extractive_summary
 from harness.recorded_llm import RecordedLLM
 from protocol import Configuration, ReasoningStep
 from tests.test_turns import SHOW, count, final_sentence, of, room, user_message
@@ -63,10 +66,12 @@ async def run_turn(llm: RecordedLLM, peers: dict[str, Peer], **settings: Any) ->
         }
 
 
-async def test_only_a_full_grant_gets_plaintext_steps_and_the_reply_says_so(
-    llm: RecordedLLM,
-) -> None:
-    peers = {
+CANARY = b"classic trap"
+"""In the second sentence of the recorded reasoning's first step: never in a summary."""
+
+
+def levels() -> dict[str, Peer]:
+    return {
         "full": granted("full"),
         "summary": granted("summary"),
         "encrypted": granted("encrypted"),
@@ -74,15 +79,59 @@ async def test_only_a_full_grant_gets_plaintext_steps_and_the_reply_says_so(
         "no-grant": UNKNOWN_PEER,
         "self-made-full": granted("full", self_settable=True),
     }
-    out = await run_turn(llm, peers)
+
+
+async def test_each_level_gets_its_rendition_and_the_canary_only_reaches_full(
+    llm: RecordedLLM,
+) -> None:
+    keys = (("k1", bytes(range(32))), ("k0", bytes(32)))
+    out = await run_turn(llm, levels(), reasoning_keys=keys)
     spec, boxes, raw = out["spec"], out["boxes"], out["raw"]
-    canary = spec.steps[0][:60].encode()
-    counts = {name: len(of(box, ReasoningStep)) for name, box in boxes.items()}
-    assert counts == {name: (len(spec.steps) if name == "full" else 0) for name in peers}
-    assert {name for name, data in raw.items() if canary in data} == {"full"}
-    replies = {name: of(box, Configuration)[0].features for name, box in boxes.items()}
-    assert "reasoning_steps" in replies["full"]
-    assert all("reasoning_steps" not in f for n, f in replies.items() if n != "full")
+    assert CANARY in spec.steps[0].encode()
+    steps = {name: of(box, ReasoningStep) for name, box in boxes.items()}
+    n = len(spec.steps)
+    assert {k: len(v) for k, v in steps.items()} == {
+        "full": n,
+        "summary": n,
+        "encrypted": n,
+        "none": 0,
+        "no-grant": 0,
+        "self-made-full": 0,
+    }
+    assert {name for name, data in raw.items() if CANARY in data} == {"full"}
+    sealer = ReasoningSealer(keys)
+    conv = boxes["full"][0].conversation_id
+    assert [s.content for s in steps["full"]] == list(spec.steps)
+    assert all(s.encrypted_value is None for s in steps["full"])
+    for s, text in zip(steps["summary"], spec.steps, strict=True):
+        assert s.content == extractive_summary(text) and s.content != text
+        assert sealer.open(s.encrypted_value, conv) == text
+    for s, text in zip(steps["encrypted"], spec.steps, strict=True):
+        assert s.content == "" and sealer.open(s.encrypted_value, conv) == text
+    # Every rendition of a step has the same id and index: one step, several views.
+    assert [(s.id, s.step_index) for s in steps["summary"]] == [
+        (s.id, s.step_index) for s in steps["full"]
+    ]
+    replies = {name: of(box, Configuration)[0].features or [] for name, box in boxes.items()}
+    reasoning = {n: [f for f in fs if f.startswith("reasoning")] for n, fs in replies.items()}
+    assert reasoning == {
+        "full": ["reasoning_steps"],
+        "summary": ["reasoning_summary", "reasoning_encrypted"],
+        "encrypted": ["reasoning_encrypted"],
+        "none": [],
+        "no-grant": [],
+        "self-made-full": [],
+    }
+
+
+async def test_without_keys_summaries_still_go_out_and_encrypted_gets_nothing(
+    llm: RecordedLLM,
+) -> None:
+    out = await run_turn(llm, {"summary": granted("summary"), "enc": granted("encrypted")})
+    steps = {name: of(box, ReasoningStep) for name, box in out["boxes"].items()}
+    assert len(steps["summary"]) == len(out["spec"].steps) and steps["enc"] == []
+    assert all(s.encrypted_value is None for s in steps["summary"])
+    assert not any(CANARY in data for data in out["raw"].values())
 
 
 async def test_the_deployment_default_applies_without_a_grant_and_a_grant_overrides_it(
@@ -115,7 +164,7 @@ async def test_replay_to_a_resuming_client_holds_only_what_it_may_see(
     llm: RecordedLLM, level: str
 ) -> None:
     spec = llm.spec("deepseek_reasoning_content")
-    async with room(llm) as r:
+    async with room(llm, reasoning_keys=(("k1", bytes(32)),)) as r:
         asker, other = r.client("asker", granted("full")), r.client("other", granted(level))
         for c in (asker, other):
             c.send(Configuration(features=SHOW))
@@ -124,6 +173,12 @@ async def test_replay_to_a_resuming_client_holds_only_what_it_may_see(
         asker.send(user_message(spec.user))
         await asker.wait_for(final_sentence)
         await other.wait_for(final_sentence)
+        before = len(other.inbox())
         other.send(Configuration(conversation_id=r.conversation.id, last_sequence_seen=1))
         box = await other.wait_for(count(Configuration, 2))
-    assert of(box, ReasoningStep) == []
+        await asyncio.sleep(0.1)
+        replayed = other.inbox()[before:]
+    steps = of(replayed, ReasoningStep)
+    assert len(steps) == (0 if level == "none" else len(spec.steps))
+    assert all(s.content != text for s, text in zip(steps, spec.steps, strict=False))
+    assert not any(CANARY in repr(e.body).encode() for e in box)

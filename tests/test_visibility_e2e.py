@@ -3,12 +3,15 @@ real worker, the recorded LLM over HTTP.
 
 One room, six participants that all ask for reasoning steps: tokens granting ``full``,
 ``summary``, ``encrypted`` and ``none``, one token with no grant, and one that may update
-its own attributes and sets itself ``alicia.reasoning=full``. The recorded reasoning is
-the canary: its text reaches, in plaintext, only the ``full`` participant.
+its own attributes and sets itself ``alicia.reasoning=full``. A phrase of the recorded
+reasoning is the canary: it reaches, in plaintext, only the ``full`` participant; the
+``summary`` one gets summaries and the encrypted step, the ``encrypted`` one only the
+encrypted step (both open to exactly the step with the deployment's key).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -16,6 +19,8 @@ import pytest
 import pytest_asyncio
 from livekit import api, rtc
 
+from agent.engine.sealing import ReasoningSealer
+from agent.llm.summary import extractive_summary
 from harness import LiveKitServer
 from harness.recorded_llm import RecordedLLM
 from protocol import AssistantSentence, Configuration, ReasoningStep, UserMessage, new_id
@@ -53,8 +58,10 @@ async def test_each_participant_gets_exactly_the_level_its_token_grants(
         "no-grant": (None, False),
         "self-made": (None, True),
     }
+    key = base64.b64encode(bytes(range(32))).decode()
+    env = {"ALICIA_LOAD_THRESHOLD": "inf", "ALICIA_REASONING_KEYS": f"k1={key}"}
     async with (
-        running_worker(livekit_server, llm.base_url, env={"ALICIA_LOAD_THRESHOLD": "inf"}) as w,
+        running_worker(livekit_server, llm.base_url, env=env) as w,
         contextlib.AsyncExitStack() as stack,
     ):
         clients: dict[str, ProtocolClient] = {}
@@ -78,16 +85,27 @@ async def test_each_participant_gets_exactly_the_level_its_token_grants(
                 await c.wait_for(AssistantSentence, is_final=True)
         except BaseException as exc:
             raise AssertionError(f"{exc!r}\n{w.log()}") from exc
-    canary = spec.steps[0][:60]
+    canary = "classic trap"  # in the second sentence of the first step: never summarised
+    assert canary in spec.steps[0]
     steps = {name: c.of(ReasoningStep) for name, c in clients.items()}
-    assert {name: len(s) for name, s in steps.items()} == {
-        name: (len(spec.steps) if name == "full" else 0) for name in who
-    }
+    n = len(spec.steps)
+    got = {"full": n, "summary": n, "encrypted": n}
+    assert {name: len(s) for name, s in steps.items()} == {name: got.get(name, 0) for name in who}
     assert [s.content for s in steps["full"]] == list(spec.steps)
+    sealer = ReasoningSealer([("k1", bytes(range(32)))])
+    for s, text in zip(steps["summary"], spec.steps, strict=True):
+        assert s.content == extractive_summary(text)
+        assert s.encrypted_value is not None and sealer.open(s.encrypted_value, room) == text
+    for s, text in zip(steps["encrypted"], spec.steps, strict=True):
+        assert s.content == "" and s.encrypted_value is not None
+        assert sealer.open(s.encrypted_value, room) == text
     plaintext = {name for name, c in clients.items() if any(canary in repr(e.body) for e in c.box)}
     assert plaintext == {"full"}
     features = {name: c.of(Configuration)[0].features or [] for name, c in clients.items()}
     assert {name for name, f in features.items() if "reasoning_steps" in f} == {"full"}
+    assert {name for name, f in features.items() if "reasoning_summary" in f} == {"summary"}
+    encrypted = {name for name, f in features.items() if "reasoning_encrypted" in f}
+    assert encrypted == {"summary", "encrypted"}
     answers = {
         name: " ".join(s.text for s in c.of(AssistantSentence)) for name, c in clients.items()
     }

@@ -60,6 +60,7 @@ from typing import Any, Final, Protocol
 import msgspec
 import openai
 
+from agent.llm.summary import extractive_summary
 from agent.settings import Settings
 from protocol import (
     MAX_PACKET_BYTES,
@@ -114,8 +115,10 @@ from .participants import (
     Participant,
     TokenBucket,
     TurnRequest,
+    Visibility,
     WrongConversation,
 )
+from .sealing import ReasoningSealer
 from .sink import StepSink
 from .tools import ToolBox
 from .transport import Left, Packet, Peer, Transport, TransportError
@@ -179,8 +182,9 @@ class _Kept:
     data: bytes
     to: tuple[str, ...] | None
     """Recipients; ``None`` = every client in the room."""
-    reasoning: bool
-    """A ReasoningStep (not replayed to clients that hide reasoning)."""
+    level: Visibility | None
+    """The reasoning level of a ReasoningStep (replayed only to clients of that level);
+    ``None`` for every other type."""
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -231,6 +235,8 @@ class Conversation:
         self._llm = llm
         self._tools = tools if settings.tools_enabled else None
         self._turn_options = TurnOptions.from_settings(settings)
+        keys = settings.reasoning_keys
+        self._sealer = ReasoningSealer(keys) if keys else None
         self._speaker = speaker
         self._clock = clock
         self._stanza = StanzaCounter("server")
@@ -322,11 +328,20 @@ class Conversation:
         return p
 
     def _features_for(self, p: Participant) -> list[str]:
-        """The Configuration reply's features: ``reasoning_steps`` only for a participant
-        that is granted plaintext steps and asked for them (the server decides)."""
-        if p.receives_steps:
-            return [str(Feature.REASONING_STEPS), *self._features]
-        return list(self._features)
+        """The Configuration reply's features: what reasoning this participant gets, as
+        granted and asked for (the server decides), then the rest."""
+        level = p.step_level
+        sealing = self._sealer is not None
+        reasoning: list[Feature] = []
+        if level == "full":
+            reasoning = [Feature.REASONING_STEPS]
+        elif level == "summary":
+            reasoning = [Feature.REASONING_SUMMARY]
+            if sealing:
+                reasoning.append(Feature.REASONING_ENCRYPTED)
+        elif level == "encrypted" and sealing:
+            reasoning = [Feature.REASONING_ENCRYPTED]
+        return [*(str(f) for f in reasoning), *self._features]
 
     def _refuse(self, reason: str, sender: str, **extra: object) -> None:
         self.refused[reason] += 1
@@ -452,7 +467,7 @@ class Conversation:
                 for k in self._kept
                 if k.seq > seen
                 and (k.to is None or p.identity in k.to)
-                and (p.receives_steps or not k.reasoning)
+                and (k.level is None or k.level == p.step_level)
             ]
             size = sum(len(k.data) for k in replay)
             if size > self._settings.replay_max_bytes:
@@ -611,13 +626,17 @@ class Conversation:
         *,
         meta: dict[str, Any] | None = None,
         everyone: bool = False,
+        store: bool = True,
+        level: Visibility | None = None,
     ) -> None:
         """Number, store, keep and send one envelope (to nobody if ``to`` is empty).
 
         ``everyone``: ``to`` is every client in the room; a resuming client gets it too.
+        ``store``: hand it to the sink (a step's other renditions are not stored again).
+        ``level``: the reasoning level of a ReasoningStep rendition.
         """
         async with self._send_lock:
-            await self._emit(body, to, meta, everyone=everyone)
+            await self._emit(body, to, meta, everyone=everyone, store=store, level=level)
 
     async def _emit(
         self,
@@ -626,10 +645,13 @@ class Conversation:
         meta: dict[str, Any] | None,
         *,
         everyone: bool = False,
+        store: bool = True,
+        level: Visibility | None = None,
     ) -> None:
         """:meth:`_send` with the send lock already held."""
         env = envelope(body, stanza_id=self._stanza.next(), conversation_id=self.id, meta=meta)
-        self._sink.submit(env)
+        if store:
+            self._sink.submit(env)
         if not to and not everyone:
             return
         try:
@@ -637,9 +659,7 @@ class Conversation:
         except EncodeError:
             logger.exception("envelope not encodable", extra={"type": env.type})
             return
-        kept = _Kept(
-            -env.stanza_id, data, None if everyone else tuple(to), isinstance(body, ReasoningStep)
-        )
+        kept = _Kept(-env.stanza_id, data, None if everyone else tuple(to), level)
         if len(self._kept) == self._kept.maxlen:
             self._evicted = self._kept[0].seq
         self._kept.append(kept)
@@ -821,8 +841,24 @@ class Conversation:
             step_index=event.index,
         )
         meta = {META_CLOSED_AT: event.closed_ns} if self._settings.timing_meta else None
-        to = [p.identity for p in self._participants.values() if p.active and p.receives_steps]
-        await self._send(step, to, meta=meta)
+        groups: dict[Visibility, list[str]] = {}
+        for p in self._participants.values():
+            level = p.step_level if p.active else None
+            if level is not None:
+                groups.setdefault(level, []).append(p.identity)
+        # The step as it is: stored (once), and sent to those granted full reasoning.
+        await self._send(step, groups.get("full", []), meta=meta, level="full")
+        if not (groups.get("summary") or groups.get("encrypted")):
+            return
+        sealed = self._sealer.seal(self.id, event.text) if self._sealer is not None else None
+        if groups.get("summary"):
+            summary = msgspec.structs.replace(
+                step, content=extractive_summary(event.text), encrypted_value=sealed
+            )
+            await self._send(summary, groups["summary"], meta=meta, store=False, level="summary")
+        if groups.get("encrypted") and sealed is not None:
+            hidden = msgspec.structs.replace(step, content="", encrypted_value=sealed)
+            await self._send(hidden, groups["encrypted"], meta=meta, store=False, level="encrypted")
 
     async def _open_answer(self, running: _Running) -> None:
         active = [p for p in self._participants.values() if p.active]

@@ -234,9 +234,16 @@ class Participant:
         return visibility_of(self.peer.grant(REASONING_GRANT), self.default_visibility)
 
     @property
+    def step_level(self) -> Visibility | None:
+        """The rendition of each step this participant gets: its level if it asked for
+        reasoning and is granted some, else ``None`` (no steps)."""
+        level = self.visibility
+        return level if self.show_reasoning and level != "none" else None
+
+    @property
     def receives_steps(self) -> bool:
         """Plaintext ReasoningSteps go to this participant: granted ``full`` and asked."""
-        return self.show_reasoning and self.visibility == "full"
+        return self.step_level == "full"
 
     def find_queued(self, user_id: str) -> TurnRequest | None:
         """The waiting turn for ``user_id``, left in place; None if there is none."""

@@ -148,9 +148,21 @@ class DebugClient {
     this.conversationId = str(reply, "conversationId") ?? room;
     const features = Array.isArray(reply.features) ? reply.features.join(", ") : "none";
     // The server decides who sees reasoning: the reply lists reasoning_steps only if granted.
-    const granted = Array.isArray(reply.features) && reply.features.includes("reasoning_steps");
-    document.body.dataset.granted = granted ? "full" : "none";
-    const badge = granted || !this.showReasoning ? "" : " · reasoning: not granted";
+    const has = (f: string): boolean => Array.isArray(reply.features) && reply.features.includes(f);
+    const level = has("reasoning_steps")
+      ? "full"
+      : has("reasoning_summary")
+        ? "summary"
+        : has("reasoning_encrypted")
+          ? "encrypted"
+          : "none";
+    document.body.dataset.granted = level;
+    const badge =
+      level === "full" || !this.showReasoning
+        ? ""
+        : level === "none"
+          ? " · reasoning: not granted"
+          : ` · reasoning: ${level}`;
     this.setState(
       "ready",
       `ready · conversation ${this.conversationId} · agent features: ${features}${badge}`,
@@ -335,7 +347,8 @@ class DebugClient {
     li.dataset.index = String(index);
     li.dataset.id = id;
     const label = turn.totalSteps ? `step ${index} of ${turn.totalSteps}` : `step ${index}`;
-    li.append(el("span", "step-no", label), el("span", "step-text", str(b, "content") ?? ""));
+    const content = str(b, "content") || (str(b, "encryptedValue") ? "🔒 encrypted" : "");
+    li.append(el("span", "step-no", label), el("span", "step-text", content));
     // Ordered by stepIndex; tool entries keep their arrival position.
     const later = [...turn.steps.querySelectorAll<HTMLElement>("li.step")].find(
       (s) => Number(s.dataset.index) > index,
