@@ -74,6 +74,11 @@ class Settings:
     The first key encrypts reasoning values (JWE ``dir`` + ``A256GCM``), every key
     decrypts (rotation). Without keys, ``summary`` participants get summaries only and
     ``encrypted`` participants get no steps."""
+    zdr: bool = False
+    """``ALICIA_ZDR`` (default false): zero data retention. No plaintext reasoning at rest:
+    stored steps hold only the step encrypted with the conversation's data key (needs
+    ``ALICIA_REASONING_KEYS``; without keys no step is stored at all), so spill files
+    hold ciphertext too, and ``alicia-admin erase`` makes them unreadable."""
     show_reasoning_default: bool = True
     """``ALICIA_SHOW_REASONING_DEFAULT`` (default true): whether a client whose Configuration
     lists no ``features`` at all receives ReasoningSteps (spec default: send)."""
@@ -177,6 +182,7 @@ class Settings:
             database_url=r.optional("DATABASE_URL"),
             reasoning_visibility=_visibility(r.optional("ALICIA_REASONING_VISIBILITY")),
             reasoning_keys=_keys(r.optional("ALICIA_REASONING_KEYS")),
+            zdr=r.flag("ALICIA_ZDR", False),
             show_reasoning_default=r.flag("ALICIA_SHOW_REASONING_DEFAULT", True),
             step_max_delay_s=r.number("ALICIA_STEP_MAX_DELAY", 1.0, low=0.01),
             tools_enabled=r.flag("ALICIA_TOOLS", True),

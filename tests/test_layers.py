@@ -26,8 +26,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 """Layer folder -> module prefixes none of its modules may import."""
 
-ALLOWED_FROM_ENGINE_IN_STORAGE = ("agent.engine.sink",)
-"""Storage implements the engine's sink port; it may import that port and nothing else."""
+ALLOWED_FROM_ENGINE_IN_STORAGE = ("agent.engine.sink", "agent.engine.sealing")
+"""Storage implements the engine's ports (the sink, data keys); it may import those and
+nothing else of the engine."""
 
 
 def _modules(folder: str) -> list[Path]:

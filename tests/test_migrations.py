@@ -100,9 +100,9 @@ async def populate(url: str, tmp: Path) -> None:
         await w.flush(timeout=30)
 
 
-async def counts(url: str) -> dict[str, int]:
+async def counts(url: str, without: set[str] | None = None) -> dict[str, int]:
     out = {}
-    for t in sorted(TABLE_NAMES):
+    for t in sorted(set(TABLE_NAMES) - (without or set())):
         [row] = await fetch(url, f"SELECT count(*) AS n FROM {t}")
         out[t] = int(row["n"])
     return out
@@ -114,12 +114,12 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
     assert await schema(empty_url) == {
         "tables": set(TABLE_NAMES),
         "views": VIEWS,
-        "version": "0002",
+        "version": "0003",
     }
     await migrate(empty_url, "base", downgrade=True)
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)  # and back up again
-    assert (await schema(empty_url))["version"] == "0002"
+    assert (await schema(empty_url))["version"] == "0003"
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(
@@ -129,6 +129,7 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     await populate(empty_url, tmp_path)
     before = await counts(empty_url)
     assert before == {
+        "alicia_conversation_keys": 0,
         "alicia_conversations": 1,
         "alicia_messages": 2,
         "alicia_reasoning_steps": 1,
@@ -138,13 +139,15 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     [view] = await fetch(empty_url, "SELECT answers, steps FROM alicia_model_daily")
     assert (view["answers"], view["steps"]) == (1, 1)
 
-    await migrate(empty_url, "0001", downgrade=True)  # views go, data stays
+    await migrate(empty_url, "0001", downgrade=True)  # views and keys go, data stays
     assert await schema(empty_url) == {
-        "tables": set(TABLE_NAMES),
+        "tables": set(TABLE_NAMES) - {"alicia_conversation_keys"},
         "views": set(),
         "version": "0001",
     }
-    assert await counts(empty_url) == before
+    assert await counts(empty_url, without={"alicia_conversation_keys"}) == {
+        t: n for t, n in before.items() if t != "alicia_conversation_keys"
+    }
     await migrate(empty_url)
     assert (await schema(empty_url))["views"] == VIEWS
     assert await counts(empty_url) == before
@@ -212,7 +215,7 @@ def test_alembic_command_line_upgrades_and_downgrades(tmp_path: Path) -> None:
         return done.stdout + done.stderr
 
     assert "0001 -> 0002" in alembic("upgrade", "head")
-    assert "0002 (head)" in alembic("current")
+    assert "0002 -> 0003" in alembic("current") or "0003 (head)" in alembic("current")
     assert "0001 -> , " in alembic("downgrade", "base")
     sql = alembic("upgrade", "head", "--sql")  # offline mode renders the DDL
     assert "CREATE TABLE alicia_reasoning_steps" in sql and "CREATE VIEW alicia_model_daily" in sql

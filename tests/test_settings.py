@@ -56,6 +56,7 @@ def test_every_variable_is_read() -> None:
         "ALICIA_MAX_ROOMS": "40",
         "ALICIA_NATIVE_LOGS": "capture",
         "ALICIA_REASONING_VISIBILITY": "full",
+        "ALICIA_ZDR": "true",
         "ALICIA_REPLAY_MAX_BYTES": "1000",
         "ALICIA_RESUME_BURST": "2",
         "ALICIA_RESUME_RATE": "0.5",
@@ -71,7 +72,7 @@ def test_every_variable_is_read() -> None:
     assert (s.max_tool_rounds, s.history_turns, s.llm_timeout_s) == (2, 5, 30.0)
     assert s.system_prompt == "Be brief."
     assert (s.max_rooms, s.native_logs) == (40, "capture")
-    assert s.reasoning_visibility == "full"
+    assert s.reasoning_visibility == "full" and s.zdr
     assert (s.replay_max_bytes, s.resume_burst, s.resume_rate_per_s) == (1000, 2, 0.5)
 
 

@@ -118,7 +118,7 @@ from .participants import (
     Visibility,
     WrongConversation,
 )
-from .sealing import ReasoningSealer
+from .sealing import DataKeys, ReasoningSealer
 from .sink import StepSink
 from .tools import ToolBox
 from .transport import Left, Packet, Peer, Transport, TransportError
@@ -136,6 +136,7 @@ segmenter closed the step (CLOCK_MONOTONIC: comparable between processes on one 
 
 _HISTORY_LIMIT: Final = 200
 _MAX_REPLAY_GAP: Final = 1000
+_KEY_TIMEOUT_S: Final = 5.0
 _KNOWN_IDS: Final = 10_000
 """Message ids remembered per conversation to refuse reuse (oldest forgotten first)."""
 _FROM_CLIENTS: Final = (
@@ -225,6 +226,7 @@ class Conversation:
         llm: openai.AsyncOpenAI,
         tools: ToolBox | None = None,
         speaker: Speaker | None = None,
+        keys: DataKeys | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Wire the parts; nothing runs until :meth:`run`."""
@@ -235,8 +237,13 @@ class Conversation:
         self._llm = llm
         self._tools = tools if settings.tools_enabled else None
         self._turn_options = TurnOptions.from_settings(settings)
-        keys = settings.reasoning_keys
-        self._sealer = ReasoningSealer(keys) if keys else None
+        master = settings.reasoning_keys
+        self._sealer = ReasoningSealer(master) if master else None
+        """Seals encrypted values: the conversation's data key once loaded, else the
+        master key (values then survive an erase; under ZDR nothing is stored so)."""
+        self._keys = keys
+        self._data_sealer: ReasoningSealer | None = None
+        """Seals with the conversation's own data key (from ``keys``), if there is one."""
         self._speaker = speaker
         self._clock = clock
         self._stanza = StanzaCounter("server")
@@ -264,6 +271,7 @@ class Conversation:
     async def run(self) -> None:
         """Serve the room until the transport ends, then stop every task."""
         try:
+            await self._load_data_key()
             async for item in self._transport:
                 if isinstance(item, Left):
                     self._forget(item.identity)
@@ -288,6 +296,25 @@ class Conversation:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+
+    async def _load_data_key(self) -> None:
+        """Fetch (or make) this conversation's data key; without one, nothing is sealed
+        with it (and under ZDR no step is stored)."""
+        if self._keys is None:
+            return
+        try:
+            async with asyncio.timeout(_KEY_TIMEOUT_S):
+                key = await self._keys.data_key(self.id)
+        except Exception:
+            logger.exception("data key unavailable", extra={"conversation": self.id})
+            return
+        if key is None:
+            logger.warning(
+                "data key erased: reasoning is not stored", extra={"conversation": self.id}
+            )
+            return
+        self._data_sealer = ReasoningSealer([(f"data:{self.id}", key)])
+        self._sealer = self._data_sealer
 
     # -- voice entry point ----------------------------------------------------------
 
@@ -846,8 +873,14 @@ class Conversation:
             level = p.step_level if p.active else None
             if level is not None:
                 groups.setdefault(level, []).append(p.identity)
-        # The step as it is: stored (once), and sent to those granted full reasoning.
-        await self._send(step, groups.get("full", []), meta=meta, level="full")
+        # The step as it is goes to those granted full reasoning. It is stored as it is,
+        # or, under zero data retention, only encrypted with the conversation's data key.
+        zdr = self._settings.zdr
+        await self._send(step, groups.get("full", []), meta=meta, level="full", store=not zdr)
+        if zdr and self._data_sealer is not None:
+            kept = self._data_sealer.seal(self.id, event.text)
+            stored = msgspec.structs.replace(step, content="", encrypted_value=kept)
+            await self._send(stored, [], meta=meta)
         if not (groups.get("summary") or groups.get("encrypted")):
             return
         sealed = self._sealer.seal(self.id, event.text) if self._sealer is not None else None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from joserfc import jwe
 from joserfc.errors import JoseError
@@ -29,7 +29,7 @@ from joserfc.jwe import JWERegistry
 from joserfc.jwk import OctKey
 from joserfc.registry import HeaderParameter
 
-__all__ = ["KeyConfigError", "ReasoningSealer", "SealError", "parse_keys"]
+__all__ = ["DataKeys", "KeyConfigError", "ReasoningSealer", "SealError", "parse_keys"]
 
 _ALG: Final = "dir"
 _ENC: Final = "A256GCM"
@@ -45,6 +45,14 @@ class KeyConfigError(ValueError):
 
 class SealError(Exception):
     """An encrypted value cannot be opened: tampered, another conversation's, unknown key."""
+
+
+class DataKeys(Protocol):
+    """Where a conversation's own data key comes from (``agent/storage/keys.py``)."""
+
+    async def data_key(self, conversation_id: str) -> bytes | None:
+        """The conversation's 32-byte data key, made on first use; ``None`` if erased."""
+        ...
 
 
 def parse_keys(spec: str) -> list[tuple[str, bytes]]:

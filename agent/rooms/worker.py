@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import openai
 from livekit import api, rtc
@@ -30,7 +31,10 @@ from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
 
-__all__ = ["build_server", "entrypoint"]
+if TYPE_CHECKING:
+    from agent.storage.keys import KeyStore
+
+__all__ = ["build_server", "entrypoint", "open_keys"]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -101,6 +105,20 @@ async def open_sink(url: str | None) -> StepSink:
     return await open_storage(url)
 
 
+def open_keys(settings: Settings) -> KeyStore | None:
+    """The per-conversation data keys (storage and master keys both configured)."""
+    if not (settings.database_url and settings.reasoning_keys):
+        if settings.zdr:
+            logger.warning(
+                "ALICIA_ZDR without DATABASE_URL and ALICIA_REASONING_KEYS: no step is stored"
+            )
+        return None
+    from agent.engine.sealing import ReasoningSealer
+    from agent.storage.keys import KeyStore
+
+    return KeyStore(settings.database_url, ReasoningSealer(settings.reasoning_keys))
+
+
 async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
@@ -163,6 +181,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | 
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
     sink = await open_sink(settings.database_url)
+    keys = open_keys(settings)
     llm = openai.AsyncOpenAI(
         base_url=settings.llm_base_url,
         api_key=settings.llm_api_key,
@@ -175,7 +194,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | 
     try:
         async with RoomTransport(room) as transport:
             if voice_ctx is not None:
-                await _serve_with_voice(voice_ctx, settings, transport, sink, llm)
+                await _serve_with_voice(voice_ctx, settings, transport, sink, llm, keys)
             else:
                 conversation = Conversation(
                     conversation_id=room.name,
@@ -184,9 +203,12 @@ async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | 
                     sink=sink,
                     llm=llm,
                     tools=default_tools(),
+                    keys=keys,
                 )
                 await conversation.run()
     finally:
+        if keys is not None:
+            await keys.aclose()
         await llm.close()
         await sink.aclose()
         logger.info("room left", extra={"room": room.name})
@@ -198,6 +220,7 @@ async def _serve_with_voice(
     transport: RoomTransport,
     sink: StepSink,
     llm: openai.AsyncOpenAI,
+    keys: KeyStore | None,
 ) -> None:
     from .voice import Voice, load_plugin  # plugins only when configured
 
@@ -220,6 +243,7 @@ async def _serve_with_voice(
         llm=llm,
         tools=default_tools(),
         speaker=voice,
+        keys=keys,
     )
     holder.append(conversation)
     await voice.start()

@@ -203,7 +203,8 @@ def build_rows(items: Iterable[Item]) -> Rows:
                     body.id,
                     body.previous_id,
                     cid,
-                    _text(body.content),
+                    # Under zero data retention the agent stores the step only encrypted.
+                    _text(body.content or body.encrypted_value or ""),
                     body.step_index,
                     body.total_steps,
                     at,

@@ -286,6 +286,24 @@ class ToolUse(_Timestamps, Base):
     )
 
 
+class ConversationKey(Base):
+    """A conversation's data key, wrapped by the deployment's master key (JWE).
+
+    Reasoning stored under zero data retention is encrypted with it; erasing it
+    (``wrapped`` = NULL, ``alicia-admin erase``) makes that reasoning unreadable for good.
+    """
+
+    __tablename__ = "alicia_conversation_keys"
+
+    conversation_id: Mapped[str] = mapped_column(primary_key=True)
+    kid: Mapped[str]
+    """Id of the master key that wrapped it."""
+    wrapped: Mapped[str | None]
+    """The data key sealed with the master key; NULL once erased."""
+    created_at: Mapped[dt.datetime] = mapped_column(server_default=_now())
+    erased_at: Mapped[dt.datetime | None]
+
+
 TABLE_NAMES: Final = tuple(Base.metadata.tables)
 """Every table this module defines, in dependency order."""
 
@@ -307,3 +325,5 @@ reasoning_steps: Final = _table(ReasoningStep)
 """``alicia_reasoning_steps`` as a Core ``Table``."""
 tool_uses: Final = _table(ToolUse)
 """``alicia_tool_uses`` as a Core ``Table``."""
+conversation_keys: Final = _table(ConversationKey)
+"""``alicia_conversation_keys`` as a Core ``Table``."""

@@ -1,0 +1,121 @@
+"""Zero data retention, end to end: the real worker with ``ALICIA_ZDR=true`` on the real
+Postgres, a client granted full reasoning in a real livekit-server room, the recorded LLM.
+
+A phrase of the recorded reasoning is the canary. The client (entitled) reads it; after
+the conversation it is absent from a full ``pg_dump`` of the database, from every file in
+the spill directory and from the worker's log. ``alicia-admin reasoning`` decrypts the
+stored steps with the conversation's data key; after ``alicia-admin erase`` it cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from livekit import rtc
+from storage_db import fetch, new_database
+
+from harness import LiveKitServer, PostgresServer
+from harness.postgres import pg_bindir
+from harness.recorded_llm import RecordedLLM
+from protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
+from tests.livekit_helpers import ProtocolClient
+from tests.worker_proc import running_worker
+from tests.worker_streams import combined_streams
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+CANARY = "classic trap"
+ADMIN = Path(sys.executable).with_name("alicia-admin")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:
+        yield server
+
+
+def admin(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ADMIN), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+def pg_dump(dsn: str) -> str:
+    """A full plain-SQL dump of the database at ``dsn`` (schema and every row)."""
+    done = subprocess.run(
+        [str(pg_bindir() / "pg_dump"), "--no-owner", dsn],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+async def test_no_plaintext_reasoning_at_rest_and_erasure_shreds_it(
+    livekit_server: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    tmp_path: Path,
+) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    assert CANARY in spec.steps[0]
+    url = await new_database("postgres", postgres_server, tmp_path, "zdr")
+    home = tmp_path / "home"
+    keys = f"m1={base64.b64encode(bytes(range(32))).decode()}"
+    env = {
+        "DATABASE_URL": url,
+        "HOME": str(home),  # the spill root lives under it
+        "ALICIA_ZDR": "true",
+        "ALICIA_REASONING_KEYS": keys,
+        "ALICIA_LOAD_THRESHOLD": "inf",
+    }
+    room = new_id("conv")
+    async with running_worker(livekit_server, llm.base_url, env=env, log_level="debug") as w:
+        r = rtc.Room()
+        await r.connect(livekit_server.url, livekit_server.token("alice", room))
+        try:
+            alice = ProtocolClient(r, room)
+            await alice.wait_for_agent()
+            await alice.handshake()
+            llm.script("deepseek_reasoning_content")
+            await alice.send(UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user))
+            await alice.wait_for(AssistantSentence, is_final=True)
+        finally:
+            await r.disconnect()
+        for _ in range(150):  # storage is asynchronous: wait until the steps are there
+            if len(await fetch(url, "SELECT id FROM alicia_reasoning_steps")) == len(spec.steps):
+                break
+            await asyncio.sleep(0.2)
+        log = w.log(tail=10_000_000)
+    # The entitled client read the reasoning in plaintext.
+    assert [s.content for s in alice.of(ReasoningStep)] == list(spec.steps)
+
+    stored = await fetch(url, "SELECT content FROM alicia_reasoning_steps")
+    assert len(stored) == len(spec.steps)
+    assert all(r["content"].startswith("eyJ") and r["content"].count(".") == 4 for r in stored)
+    database = postgres_server.dsn().rsplit("/", 1)[0] + "/" + url.rsplit("/", 1)[1]
+    dump = await asyncio.to_thread(pg_dump, database)
+    assert "alicia_reasoning_steps" in dump and len(dump) > 1000
+    assert CANARY not in dump
+    spilled = [p for p in home.rglob("*") if p.is_file()]
+    assert not any(CANARY.encode() in p.read_bytes() for p in spilled)
+    assert "registered worker" in log and CANARY not in log
+
+    admin_env = {"DATABASE_URL": url, "ALICIA_REASONING_KEYS": keys}
+    before = await asyncio.to_thread(admin, "reasoning", "--conversation", room, env=admin_env)
+    assert before.returncode == 0, before.stderr
+    assert [line.split("\t")[2] for line in before.stdout.splitlines()] == list(spec.steps)
+    erased = await asyncio.to_thread(admin, "erase", "--conversation", room, env=admin_env)
+    assert erased.returncode == 0 and "erased" in erased.stdout
+    after = await asyncio.to_thread(admin, "reasoning", "--conversation", room, env=admin_env)
+    assert after.returncode == 3 and "erased" in after.stderr
+    assert CANARY not in after.stdout
