@@ -74,6 +74,16 @@ class Settings:
     The first key encrypts reasoning values (JWE ``dir`` + ``A256GCM``), every key
     decrypts (rotation). Without keys, ``summary`` participants get summaries only and
     ``encrypted`` participants get no steps."""
+    summary_model: str | None = None
+    """``ALICIA_SUMMARY_MODEL`` (default unset = extractive summaries): a model on the same
+    endpoint that summarises each step for ``summary`` participants. It never delays the
+    answer: a summary not ready before the answer starts is dropped."""
+    summary_timeout_s: float = 3.0
+    """``ALICIA_SUMMARY_TIMEOUT`` (default 3): seconds one summary may take; then the
+    extractive summary is used (if the answer has not started)."""
+    summary_concurrency: int = 2
+    """``ALICIA_SUMMARY_CONCURRENCY`` (default 2): summaries being made at once per
+    conversation; a step beyond that gets the extractive summary at once."""
     zdr: bool = False
     """``ALICIA_ZDR`` (default false): zero data retention. No plaintext reasoning at rest:
     stored steps hold only the step encrypted with the conversation's data key (needs
@@ -183,6 +193,9 @@ class Settings:
             reasoning_visibility=_visibility(r.optional("ALICIA_REASONING_VISIBILITY")),
             reasoning_keys=_keys(r.optional("ALICIA_REASONING_KEYS")),
             zdr=r.flag("ALICIA_ZDR", False),
+            summary_model=r.optional("ALICIA_SUMMARY_MODEL"),
+            summary_timeout_s=r.number("ALICIA_SUMMARY_TIMEOUT", 3.0, low=0.05),
+            summary_concurrency=r.integer("ALICIA_SUMMARY_CONCURRENCY", 2, low=1),
             show_reasoning_default=r.flag("ALICIA_SHOW_REASONING_DEFAULT", True),
             step_max_delay_s=r.number("ALICIA_STEP_MAX_DELAY", 1.0, low=0.01),
             tools_enabled=r.flag("ALICIA_TOOLS", True),

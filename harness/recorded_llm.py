@@ -184,6 +184,7 @@ class RecordedLLM:
         }
         self._names = sorted([*self.manifest, ENDLESS], key=len, reverse=True)
         self._queue: deque[Play] = deque()
+        self._by_model: dict[str, Play] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=max_recorded)
         """Bodies of the requests received (parsed JSON), oldest first."""
         self._stats = _Stats()
@@ -257,6 +258,13 @@ class RecordedLLM:
             self._check_name(item.stream)
             self._queue.append(item)
 
+    def route_model(self, model: str, play: str | Play) -> None:
+        """Answer every request for ``model`` with ``play`` (e.g. a summarizer model that
+        shares the endpoint), whatever the script queue holds."""
+        item = Play(play) if isinstance(play, str) else play
+        self._check_name(item.stream)
+        self._by_model[model] = item
+
     def reset(self) -> None:
         """Forget the script queue, recorded requests and counters."""
         self._queue.clear()
@@ -293,7 +301,8 @@ class RecordedLLM:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
-        play = self._choose(messages)
+        routed = self._by_model.get(str(body.get("model")))
+        play = routed if routed is not None else self._choose(messages)
         self._stats.served.append(play.stream)
         response = web.StreamResponse(
             headers={

@@ -57,6 +57,9 @@ def test_every_variable_is_read() -> None:
         "ALICIA_NATIVE_LOGS": "capture",
         "ALICIA_REASONING_VISIBILITY": "full",
         "ALICIA_ZDR": "true",
+        "ALICIA_SUMMARY_MODEL": "qwen3-0.6b",
+        "ALICIA_SUMMARY_TIMEOUT": "1.5",
+        "ALICIA_SUMMARY_CONCURRENCY": "3",
         "ALICIA_REPLAY_MAX_BYTES": "1000",
         "ALICIA_RESUME_BURST": "2",
         "ALICIA_RESUME_RATE": "0.5",
@@ -73,6 +76,7 @@ def test_every_variable_is_read() -> None:
     assert s.system_prompt == "Be brief."
     assert (s.max_rooms, s.native_logs) == (40, "capture")
     assert s.reasoning_visibility == "full" and s.zdr
+    assert (s.summary_model, s.summary_timeout_s, s.summary_concurrency) == ("qwen3-0.6b", 1.5, 3)
     assert (s.replay_max_bytes, s.resume_burst, s.resume_rate_per_s) == (1000, 2, 0.5)
 
 

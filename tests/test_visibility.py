@@ -20,8 +20,8 @@ from agent.engine.participants import visibility_of
 from agent.engine.sealing import ReasoningSealer
 from agent.engine.transport import UNKNOWN_PEER, Peer
 from agent.llm.summary import extractive_summary
-from harness.recorded_llm import RecordedLLM
-from protocol import Configuration, ReasoningStep
+from harness.recorded_llm import Play, RecordedLLM
+from protocol import AssistantSentence, Configuration, Envelope, ReasoningStep, StartAnswer
 from tests.test_turns import SHOW, count, final_sentence, of, room, user_message
 from tests.worker_streams import combined_streams
 
@@ -182,3 +182,88 @@ async def test_replay_to_a_resuming_client_holds_only_what_it_may_see(
     assert len(steps) == (0 if level == "none" else len(spec.steps))
     assert all(s.content != text for s, text in zip(steps, spec.steps, strict=False))
     assert not any(CANARY in repr(e.body).encode() for e in box)
+
+
+async def summarized_turn(
+    llm: RecordedLLM, *, turn_delay: float, summary: Play, linger: float = 0.2, **settings: Any
+) -> tuple[list[Envelope[Any]], list[Envelope[Any]], Any]:
+    """A turn (its stream paced by ``turn_delay``) with a summarizer model answering as
+    ``summary``; the inboxes of a ``full`` and a ``summary`` participant."""
+    spec = llm.spec("deepseek_reasoning_content")
+    llm.route_model("summarizer", summary)
+    settings.setdefault("step_max_delay_s", 30.0)  # steps cut by paragraph only
+    async with room(llm, summary_model="summarizer", **settings) as r:
+        full, brief = r.client("full", granted("full")), r.client("brief", granted("summary"))
+        for c in (full, brief):
+            c.send(Configuration(features=SHOW))
+            await c.wait_for(count(Configuration, 1))
+        llm.script(Play("deepseek_reasoning_content", chunk_delay=turn_delay))
+        full.send(user_message(spec.user))
+        await full.wait_for(final_sentence, within=30)
+        await brief.wait_for(final_sentence, within=30)
+        await asyncio.sleep(linger)  # summaries still being made finish (and are dropped)
+        return full.inbox(), brief.inbox(), r.conversation
+
+
+def steps_before_answer(box: list[Envelope[Any]]) -> tuple[list[ReasoningStep], int]:
+    """The steps, and how many of them came after StartAnswer."""
+    start = next(i for i, e in enumerate(box) if isinstance(e.body, StartAnswer))
+    steps = [e.body for e in box if isinstance(e.body, ReasoningStep)]
+    late = [e for e in box[start:] if isinstance(e.body, ReasoningStep)]
+    return steps, len(late)
+
+
+async def test_a_summarizer_model_writes_the_summaries_when_it_is_in_time(
+    llm: RecordedLLM,
+) -> None:
+    plain = llm.spec("plain_no_reasoning")
+    full, brief, conv = await summarized_turn(
+        llm, turn_delay=0.05, summary=Play("plain_no_reasoning", chunk_delay=0.0)
+    )
+    spec = llm.spec("deepseek_reasoning_content")
+    steps, late = steps_before_answer(brief)
+    # The last step closes as the answer starts: its summary can only be late.
+    assert late == 0 and len(steps) + conv.late_summaries == len(spec.steps)
+    assert len(steps) >= len(spec.steps) - 1
+    assert [s.content for s in steps] == [" ".join(plain.answer.split())] * len(steps)
+    asked = [r for r in llm.requests if r["model"] == "summarizer"]
+    assert sorted(r["messages"][1]["content"] for r in asked) == sorted(spec.steps)  # one step each
+    assert [s.content for s in of(full, ReasoningStep)] == list(spec.steps)
+
+
+async def test_a_slow_summarizer_never_delays_the_answer_and_late_summaries_are_dropped(
+    llm: RecordedLLM,
+) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    full, brief, conv = await summarized_turn(
+        llm,
+        turn_delay=0.0,
+        summary=Play("plain_no_reasoning", chunk_delay=0.1),
+        summary_timeout_s=30.0,
+        summary_concurrency=8,
+        linger=6.0,
+    )
+    steps, late = steps_before_answer(brief)
+    assert late == 0  # never a step after the answer started
+    assert steps == [] and conv.late_summaries == len(spec.steps)
+    answer = " ".join(e.body.text for e in full if isinstance(e.body, AssistantSentence))
+    assert answer.split() == spec.answer.split()
+
+
+async def test_a_summarizer_past_its_timeout_falls_back_to_the_extractive_summary(
+    llm: RecordedLLM,
+) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    _, brief, _ = await summarized_turn(
+        llm,
+        turn_delay=0.1,
+        summary=Play("plain_no_reasoning", chunk_delay=1.0),
+        summary_timeout_s=0.1,
+        summary_concurrency=8,
+    )
+    steps, late = steps_before_answer(brief)
+    assert late == 0
+    by_index = {s.step_index: s.content for s in steps}
+    expected = {i: extractive_summary(t) for i, t in enumerate(spec.steps, start=1)}
+    assert by_index == {i: expected[i] for i in by_index}
+    assert len(by_index) >= len(spec.steps) - 1  # the last one races the answer

@@ -60,7 +60,7 @@ from typing import Any, Final, Protocol
 import msgspec
 import openai
 
-from agent.llm.summary import extractive_summary
+from agent.llm.summary import extractive_summary, model_summary
 from agent.settings import Settings
 from protocol import (
     MAX_PACKET_BYTES,
@@ -200,6 +200,8 @@ class _Running:
     streaming_to: list[str] = dataclasses.field(default_factory=list)
     message_to: list[str] = dataclasses.field(default_factory=list)
     sequence: int = 0
+    answer_started: bool = False
+    """The answer has begun: from now on no (late) step summary goes out."""
 
     @property
     def answer_id(self) -> str:
@@ -257,6 +259,9 @@ class Conversation:
         self._history: list[Exchange] = []
         self._ids: OrderedDict[str, None] = OrderedDict()
         """Message ids of this conversation (user messages, answers), to refuse reuse."""
+        self._summary_slots = asyncio.Semaphore(settings.summary_concurrency)
+        self.late_summaries = 0
+        """Model summaries dropped because the answer had started."""
         self.refused: Counter[str] = Counter()
         """Incoming packets refused or dropped, by reason (for logs, metrics and tests)."""
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -885,15 +890,53 @@ class Conversation:
             return
         sealed = self._sealer.seal(self.id, event.text) if self._sealer is not None else None
         if groups.get("summary"):
-            summary = msgspec.structs.replace(
-                step, content=extractive_summary(event.text), encrypted_value=sealed
-            )
-            await self._send(summary, groups["summary"], meta=meta, store=False, level="summary")
+            if self._settings.summary_model and not self._summary_slots.locked():
+                task = asyncio.create_task(
+                    self._summarize(running, step, sealed, groups["summary"], meta),
+                    name="alicia-summary",
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:  # no summarizer, or all its slots busy: the extractive summary, now
+                summary = msgspec.structs.replace(
+                    step, content=extractive_summary(step.content), encrypted_value=sealed
+                )
+                await self._send(
+                    summary, groups["summary"], meta=meta, store=False, level="summary"
+                )
         if groups.get("encrypted") and sealed is not None:
             hidden = msgspec.structs.replace(step, content="", encrypted_value=sealed)
             await self._send(hidden, groups["encrypted"], meta=meta, store=False, level="encrypted")
 
+    async def _summarize(
+        self,
+        running: _Running,
+        step: ReasoningStep,
+        sealed: str | None,
+        to: list[str],
+        meta: dict[str, Any] | None,
+    ) -> None:
+        """The summarizer model's summary of ``step``, sent to ``to`` only if it is ready
+        before the answer starts (else dropped); its failure or timeout: extractive."""
+        model = self._settings.summary_model
+        assert model is not None
+        async with self._summary_slots:
+            try:
+                async with asyncio.timeout(self._settings.summary_timeout_s):
+                    text = await model_summary(self._llm, model, step.content)
+            except Exception as exc:  # a timeout, the endpoint, an empty reply
+                logger.info("summary fallback", extra={"error": type(exc).__name__})
+                text = extractive_summary(step.content)
+        body = msgspec.structs.replace(step, content=text, encrypted_value=sealed)
+        async with self._send_lock:
+            if running.answer_started:
+                self.late_summaries += 1
+                logger.info("late summary dropped", extra={"conversation": self.id})
+                return
+            await self._emit(body, to, meta, store=False, level="summary")
+
     async def _open_answer(self, running: _Running) -> None:
+        running.answer_started = True
         active = [p for p in self._participants.values() if p.active]
         running.streaming_to = [p.identity for p in active if p.streaming]
         running.message_to = [p.identity for p in active if not p.streaming]
