@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agent.llm.providers import PROFILES
+
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "load"]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -53,6 +55,17 @@ class Settings:
     llm_thinking_open: bool = False
     """``ALICIA_LLM_THINKING_OPEN`` (default false): the model's output starts inside reasoning
     and only a closing ``</think>`` appears (Qwen3 ``*-Thinking-2507``)."""
+    llm_provider: str | None = None
+    """``LLM_PROVIDER`` (default: detected from ``LLM_BASE_URL`` where unambiguous, else
+    ``generic``): the provider profile (:data:`agent.llm.providers.PROFILES`) that decides
+    whether reasoning goes back to the model and how effort is asked for."""
+    llm_api: Literal["chat", "responses"] = "chat"
+    """``LLM_API`` (default ``chat``): ``chat`` for chat completions, ``responses`` for the
+    Responses API (``store: false``, encrypted reasoning items carried between requests)."""
+    reasoning_effort: Literal["none", "low", "medium", "high"] | None = None
+    """``ALICIA_REASONING_EFFORT`` (default unset: the provider's default): how hard the
+    model thinks, sent in the provider's own form; ``low`` or ``none`` keep voice answers
+    fast."""
     llm_timeout_s: float = 120.0
     """``ALICIA_LLM_TIMEOUT`` (default 120): seconds before one LLM request is abandoned."""
     max_tool_rounds: int = 4
@@ -186,6 +199,9 @@ class Settings:
             llm_api_key=r.text("LLM_API_KEY", "none"),
             llm_thinking_open=r.flag("ALICIA_LLM_THINKING_OPEN", False),
             llm_timeout_s=r.number("ALICIA_LLM_TIMEOUT", 120.0, low=0.1),
+            llm_provider=_provider(r.optional("LLM_PROVIDER")),
+            llm_api=_api(r.optional("LLM_API")),
+            reasoning_effort=_effort(r.optional("ALICIA_REASONING_EFFORT")),
             max_tool_rounds=r.integer("ALICIA_MAX_TOOL_ROUNDS", 4, low=0),
             system_prompt=r.text("ALICIA_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
             history_turns=r.integer("ALICIA_HISTORY_TURNS", 20, low=0),
@@ -220,6 +236,39 @@ class Settings:
             timing_meta=r.flag("ALICIA_TIMING_META", False),
         )
         return settings
+
+
+def _provider(value: str | None) -> str | None:
+    if value is None:
+        return None
+    name = value.strip().lower()
+    if name not in PROFILES:
+        raise SettingsError(f"LLM_PROVIDER must be one of {', '.join(PROFILES)}, not {value!r}")
+    return name
+
+
+def _api(value: str | None) -> Literal["chat", "responses"]:
+    name = (value or "chat").strip().lower()
+    if name == "chat":
+        return "chat"
+    if name == "responses":
+        return "responses"
+    raise SettingsError(f"LLM_API must be chat or responses, not {value!r}")
+
+
+def _effort(value: str | None) -> Literal["none", "low", "medium", "high"] | None:
+    if value is None or not value.strip():
+        return None
+    name = value.strip().lower()
+    if name == "none":
+        return "none"
+    if name == "low":
+        return "low"
+    if name == "medium":
+        return "medium"
+    if name == "high":
+        return "high"
+    raise SettingsError(f"ALICIA_REASONING_EFFORT must be none, low, medium or high, not {value!r}")
 
 
 def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "none"]:

@@ -13,9 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import pytest_asyncio
 
+from agent.engine.sink import META_USAGE
+from agent.engine.sink import STORAGE_ONLY_META as STORAGE_ONLY
 from agent.engine.transport import Peer
 from harness.recorded_llm import ENDLESS, Play, RecordedLLM
 from protocol import (
@@ -32,6 +35,7 @@ from protocol import (
     StartAnswer,
     ToolUseRequest,
     ToolUseResult,
+    encode,
     new_id,
 )
 from tests.test_turns import (
@@ -224,9 +228,15 @@ async def test_the_sink_holds_what_the_agent_sent_and_the_accepted_user_messages
     assert [(e.type, e.body.id) for e in received] == [(T.USER_MESSAGE, msg.id)]
     sent = [e for e in r.sink.envelopes if e.stanza_id < 0]
     everything = sorted({s.data for s in r.transport.sent})
-    from protocol import encode
+    # Stored as sent, apart from the storage-only figures on the answer's last envelope.
+    assert sorted({encode(_as_sent(e)) for e in sent}) == everything
+    assert sum(META_USAGE in (e.meta or {}) for e in sent) == 1
 
-    assert sorted({encode(e) for e in sent}) == everything
+
+def _as_sent(env: Envelope[Any]) -> Envelope[Any]:
+    """``env`` without the meta keys that only storage gets."""
+    meta = {k: v for k, v in (env.meta or {}).items() if k not in STORAGE_ONLY}
+    return msgspec.structs.replace(env, meta=meta or None)
 
 
 async def test_packets_from_another_agent_are_ignored(llm: RecordedLLM) -> None:

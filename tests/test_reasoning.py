@@ -9,7 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
+from agent.llm.reasoning import (
+    Answer,
+    Part,
+    Reasoning,
+    ReasoningExtractor,
+    Summary,
+    strip_reasoning,
+)
 from tests.llm_server import MANIFEST, answer_of, deltas_of, reasoning_of
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -288,13 +295,19 @@ def test_duplicated_reasoning_fields_count_once() -> None:
     assert parts == [Reasoning("r1"), Reasoning("r2")]
 
 
-def test_reasoning_details_only_without_a_reasoning_string() -> None:
+def test_reasoning_details_decide_the_kind_and_are_read_once() -> None:
     detail = {"type": "reasoning.text", "text": "R", "format": "unknown", "index": 0}
     summary = {"type": "reasoning.summary", "summary": "S"}
     encrypted = {"type": "reasoning.encrypted", "data": "opaque"}
     assert run([{"reasoning": "R", "reasoning_details": [detail]}]) == [Reasoning("R")]
-    assert run([{"reasoning_details": [detail, summary, encrypted]}]) == [Reasoning("RS")]
+    assert run([{"reasoning": "S", "reasoning_details": [summary]}]) == [Summary("S")]
+    assert run([{"reasoning_details": [detail, summary, encrypted]}]) == [
+        Reasoning("R"),
+        Summary("S"),
+    ]
     assert run([{"reasoning_details": [encrypted, "junk", 3]}]) == []
+    # only an encrypted item: the plain field still counts
+    assert run([{"reasoning": "R", "reasoning_details": [encrypted]}]) == [Reasoning("R")]
 
 
 def test_content_blocks() -> None:
@@ -374,7 +387,8 @@ def test_in_reasoning_reports_the_state() -> None:
         ("R only closes</think>\n\nThe answer.", "The answer."),
         ("A <think>x</think> B <think>y</think> C", "A B C"),
         ("Answer.<think>never closed", "Answer."),
-        ("<thinking> is not a tag", "<thinking> is not a tag"),
+        ("<thinking about it> is not a tag", "<thinking about it> is not a tag"),
+        ("<thinking>x</thinking>Done.", "Done."),
         ("<think></think>", ""),
     ],
 )

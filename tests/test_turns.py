@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgspec
 import openai
 import pytest
 import pytest_asyncio
 
 from agent.engine.conversation import META_MODEL, Conversation
+from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
 from agent.engine.tools import default_tools
 from agent.engine.transport import Peer
 from agent.settings import Settings
@@ -209,7 +211,18 @@ async def test_sink_gets_every_sent_envelope_and_of_client_input_the_user_messag
     received = [e for e in r.sink.envelopes if e.stanza_id > 0]
     sent = [e for e in r.sink.envelopes if e.stanza_id < 0]
     assert types(received) == [T.USER_MESSAGE]
-    assert sent == box
+    # Everything sent is stored as sent; the stored copy of the last sentence also
+    # carries the turn's figures, for analytics only (never sent).
+    assert [msgspec.structs.replace(e, meta=None) for e in sent] == [
+        msgspec.structs.replace(e, meta=None) for e in box
+    ]
+    assert [e.meta for e in sent[:-1]] == [e.meta for e in box[:-1]]
+    last = sent[-1]
+    assert last.type == T.ASSISTANT_SENTENCE and last.body.is_final
+    usage = last.meta[META_USAGE]
+    assert usage["promptTokens"] == 23 and usage["completionTokens"] > 0
+    assert last.meta[META_FIRST_REASONING_MS] >= 0
+    assert all(META_USAGE not in (e.meta or {}) for e in box)
     assert [e.meta for e in sent if e.type == T.START_ANSWER] == [{META_MODEL: MODEL}]
 
 

@@ -22,7 +22,9 @@ events into envelopes:
   exchange into the history, an ErrorMessage to the requester if the turn failed, and
   the Acknowledgements of the ControlStops that ended it.
 
-Reasoning never reaches answer text or speech and never goes back to the LLM. Every
+Reasoning never reaches answer text or speech. It goes back to the LLM only where the
+provider's pass-back rule needs it (:mod:`agent.llm.providers`), sealed with the
+conversation's data key while it waits (:class:`~agent.engine.keeper.Keeper`). Every
 sent envelope is handed to the :class:`~agent.engine.sink.StepSink`; of what clients
 send, only accepted UserMessages (and the ControlStops that stopped a turn) are.
 
@@ -106,6 +108,7 @@ from .events import (
     TurnEnded,
     TurnEvent,
 )
+from .keeper import Keeper
 from .participants import (
     DuplicateId,
     InvalidState,
@@ -119,7 +122,7 @@ from .participants import (
     WrongConversation,
 )
 from .sealing import DataKeys, ReasoningSealer
-from .sink import StepSink
+from .sink import META_FIRST_REASONING_MS, META_USAGE, StepSink
 from .tools import ToolBox
 from .transport import Left, Packet, Peer, Transport, TransportError
 from .turn import Exchange, Turn, TurnOptions
@@ -202,6 +205,8 @@ class _Running:
     sequence: int = 0
     answer_started: bool = False
     """The answer has begun: from now on no (late) step summary goes out."""
+    final_text: str | None = None
+    """The last sentence, sent with the turn's end (its stored copy carries the figures)."""
 
     @property
     def answer_id(self) -> str:
@@ -660,15 +665,19 @@ class Conversation:
         everyone: bool = False,
         store: bool = True,
         level: Visibility | None = None,
+        store_meta: dict[str, Any] | None = None,
     ) -> None:
         """Number, store, keep and send one envelope (to nobody if ``to`` is empty).
 
         ``everyone``: ``to`` is every client in the room; a resuming client gets it too.
         ``store``: hand it to the sink (a step's other renditions are not stored again).
         ``level``: the reasoning level of a ReasoningStep rendition.
+        ``store_meta``: meta for the stored copy only (analytics), never sent.
         """
         async with self._send_lock:
-            await self._emit(body, to, meta, everyone=everyone, store=store, level=level)
+            await self._emit(
+                body, to, meta, everyone=everyone, store=store, level=level, store_meta=store_meta
+            )
 
     async def _emit(
         self,
@@ -679,11 +688,22 @@ class Conversation:
         everyone: bool = False,
         store: bool = True,
         level: Visibility | None = None,
+        store_meta: dict[str, Any] | None = None,
     ) -> None:
         """:meth:`_send` with the send lock already held."""
         env = envelope(body, stanza_id=self._stanza.next(), conversation_id=self.id, meta=meta)
         if store:
-            self._sink.submit(env)
+            if store_meta:
+                self._sink.submit(
+                    envelope(
+                        body,
+                        stanza_id=env.stanza_id,
+                        conversation_id=self.id,
+                        meta={**(meta or {}), **store_meta},
+                    )
+                )
+            else:
+                self._sink.submit(env)
         if not to and not everyone:
             return
         try:
@@ -747,7 +767,17 @@ class Conversation:
             steps=self._steps,
             seed=self._sink.last_step_index,
             clock=self._clock,
+            keeper=self._keeper(),
         )
+
+    def _keeper(self) -> Keeper:
+        """Pass-back reasoning sealed with this conversation's data key (or the master
+        key); kept in memory only when the deployment has no reasoning keys."""
+        sealer = self._sealer
+        if sealer is None:
+            return Keeper()
+        cid = self.id
+        return Keeper(lambda text: sealer.seal(cid, text), lambda value: sealer.open(value, cid))
 
     def _find_turn(self, target: str | None, p: Participant) -> _Running | None:
         if target is not None:
@@ -792,7 +822,10 @@ class Conversation:
     async def _on_event(self, running: _Running, event: TurnEvent) -> None:
         """One turn event as envelopes (see the module docstring)."""
         if isinstance(event, SentenceReady):
-            await self._sentence(running, event.text, final=event.final)
+            if event.final:  # goes out with TurnEnded, right behind it
+                running.final_text = event.text
+            else:
+                await self._sentence(running, event.text, final=False)
         elif isinstance(event, StepReady):
             await self._step(running, event)
         elif isinstance(event, AnswerStarted):
@@ -826,6 +859,10 @@ class Conversation:
 
     async def _finish(self, running: _Running, ended: TurnEnded) -> None:
         request = running.request
+        # The turn's figures (usage, time to first reasoning) ride on the stored copies of
+        # the answer's last envelopes only; they are never sent.
+        figures = _figures(ended)
+        await self._sentence(running, running.final_text or "", final=True, store_meta=figures)
         if running.message_to:
             message = AssistantMessage(
                 id=running.answer_id,
@@ -835,11 +872,19 @@ class Conversation:
                 state="complete" if ended.status == "complete" else "partial",
             )
             await self._send(
-                message, running.message_to, meta={META_MODEL: self._settings.llm_model}
+                message,
+                running.message_to,
+                meta={META_MODEL: self._settings.llm_model},
+                store_meta=figures,
             )
         self._history.append(
             Exchange(
-                request.user_id, request.text, running.answer_id, ended.answer, request.requester
+                request.user_id,
+                request.text,
+                running.answer_id,
+                ended.answer,
+                request.requester,
+                kept=ended.kept,
             )
         )
         del self._history[:-_HISTORY_LIMIT]
@@ -890,7 +935,14 @@ class Conversation:
             return
         sealed = self._sealer.seal(self.id, event.text) if self._sealer is not None else None
         if groups.get("summary"):
-            if self._settings.summary_model and not self._summary_slots.locked():
+            if event.summary is not None:  # the provider's own summary comes first
+                summary = msgspec.structs.replace(
+                    step, content=event.summary, encrypted_value=sealed
+                )
+                await self._send(
+                    summary, groups["summary"], meta=meta, store=False, level="summary"
+                )
+            elif self._settings.summary_model and not self._summary_slots.locked():
                 task = asyncio.create_task(
                     self._summarize(running, step, sealed, groups["summary"], meta),
                     name="alicia-summary",
@@ -952,7 +1004,14 @@ class Conversation:
                 start, running.streaming_to, meta={META_MODEL: self._settings.llm_model}
             )
 
-    async def _sentence(self, running: _Running, text: str, *, final: bool) -> None:
+    async def _sentence(
+        self,
+        running: _Running,
+        text: str,
+        *,
+        final: bool,
+        store_meta: dict[str, Any] | None = None,
+    ) -> None:
         if text and self._speaker is not None:
             self._speaker.say(text)
         if not running.stream_form:
@@ -966,7 +1025,21 @@ class Conversation:
             text=text,
             is_final=True if final else None,
         )
-        await self._send(sentence, running.streaming_to)
+        await self._send(sentence, running.streaming_to, store_meta=store_meta)
+
+
+def _figures(ended: TurnEnded) -> dict[str, Any] | None:
+    """The turn's token usage and time to first reasoning, for the stored answer only."""
+    figures: dict[str, Any] = {}
+    if ended.usage is not None:
+        figures[META_USAGE] = {
+            "promptTokens": ended.usage.prompt_tokens,
+            "completionTokens": ended.usage.completion_tokens,
+            "reasoningTokens": ended.usage.reasoning_tokens,
+        }
+    if ended.first_reasoning_ms is not None:
+        figures[META_FIRST_REASONING_MS] = round(ended.first_reasoning_ms, 3)
+    return figures or None
 
 
 def _before(history: list[Exchange], user_id: str) -> list[Exchange]:

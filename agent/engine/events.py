@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from protocol import ProtocolError
 
+from .keeper import Kept
 from .tools import Outcome
 
 __all__ = [
@@ -46,6 +47,10 @@ class StepReady:
     regenerations of the same message)."""
     closed_ns: int
     """``time.monotonic_ns()`` when the segmenter closed the step."""
+    summary: str | None = None
+    """The provider's own summary for this step (Responses API reasoning summaries,
+    OpenRouter ``reasoning.summary``), when it sent one; for a provider that streams only
+    summaries this is ``text`` itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,10 @@ class TurnEnded:
     """Provider-reported usage, when the stream carried any."""
     error: ProtocolError | None = None
     """Why the turn failed (``status == "failed"``), as the error to report."""
+    kept: Kept | None = None
+    """Reasoning the provider needs in later turns (pass-back ``all_turns``), sealed."""
+    first_reasoning_ms: float | None = None
+    """Milliseconds from the first LLM request to the first reasoning text, if any."""
 
 
 TurnEvent = (

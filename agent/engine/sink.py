@@ -8,11 +8,26 @@ when persistence is off (no ``DATABASE_URL``): nothing is written anywhere.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from protocol import Envelope
 
-__all__ = ["NullSink", "StepSink"]
+__all__ = [
+    "META_FIRST_REASONING_MS",
+    "META_USAGE",
+    "STORAGE_ONLY_META",
+    "NullSink",
+    "StepSink",
+]
+
+META_USAGE: Final = "alicia.usage"
+"""Meta key of a stored AssistantMessage (never sent): the turn's provider-reported token
+counts, ``{"promptTokens", "completionTokens", "reasoningTokens"}`` summed over rounds."""
+META_FIRST_REASONING_MS: Final = "alicia.firstReasoningMs"
+"""Meta key of a stored AssistantMessage (never sent): milliseconds from the turn's first
+LLM request to its first reasoning text."""
+STORAGE_ONLY_META: Final = (META_USAGE, META_FIRST_REASONING_MS)
+"""Meta keys that only the stored copy of an envelope carries."""
 
 
 @runtime_checkable

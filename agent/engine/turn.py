@@ -29,15 +29,23 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
-from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor, strip_reasoning
+from agent.llm.passback import (
+    PASSBACK_KEY,
+    PassBackCollector,
+    chat_messages,
+    responses_input,
+    responses_tools,
+)
+from agent.llm.providers import PROFILES, Effort, PassBack, PassBackForm, Profile, resolve
+from agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
 from agent.llm.segmenter import StepSegmenter
 from agent.llm.sentences import SentenceStream
-from agent.llm.stream import stream_deltas
+from agent.llm.stream import stream_deltas, stream_response_deltas
 from agent.settings import Settings
 from protocol import ProtocolError, StepTracker, new_id
 from protocol import ids as id_prefix
@@ -54,6 +62,7 @@ from .events import (
     TurnStatus,
     Usage,
 )
+from .keeper import Keeper, Kept
 from .participants import InternalError, LLMUnavailable
 from .tools import Outcome, ToolBox, ToolError, parse_arguments
 
@@ -80,10 +89,17 @@ class TurnOptions:
     """The model's output starts inside reasoning (only ``</think>`` appears)."""
     step_max_delay_s: float = 1.0
     """Seconds an open reasoning step may wait before it is cut."""
+    provider: Profile = PROFILES["generic"]
+    """The provider profile: pass-back rule and effort form."""
+    api: Literal["chat", "responses"] = "chat"
+    """Chat completions or the Responses API."""
+    effort: Effort | None = None
+    """Reasoning effort to ask for (None: the provider's default)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TurnOptions:
         """The options a worker configured with ``settings`` uses."""
+        profile, _ = resolve(settings.llm_provider, settings.llm_base_url, settings.llm_model)
         return cls(
             model=settings.llm_model,
             system_prompt=settings.system_prompt,
@@ -91,7 +107,18 @@ class TurnOptions:
             max_tool_rounds=settings.max_tool_rounds,
             thinking_open=settings.llm_thinking_open,
             step_max_delay_s=settings.step_max_delay_s,
+            provider=profile,
+            api=settings.llm_api,
+            effort=settings.reasoning_effort,
         )
+
+    @property
+    def passback(self) -> tuple[PassBack, PassBackForm]:
+        """When and in which form reasoning goes back to the model: the Responses API
+        always carries its reasoning items; chat completions follow the profile."""
+        if self.api == "responses":
+            return "all_turns", "reasoning_items"
+        return self.provider.passback, self.provider.passback_form
 
 
 @dataclass(slots=True)
@@ -104,6 +131,8 @@ class Exchange:
     answer_text: str
     requester: str = ""
     """Identity of the participant whose turn this was (owner of the user message)."""
+    kept: Kept | None = None
+    """Reasoning the provider needs back in later turns (sealed), if its rule says so."""
 
 
 @dataclass(slots=True)
@@ -111,6 +140,19 @@ class _ToolCall:
     id: str = ""
     name: str = ""
     arguments: str = ""
+    extra: dict[str, Any] | None = None
+    """Provider data that must come back with the call (Gemini's thought signature)."""
+
+    def message(self) -> dict[str, Any]:
+        """The call as an assistant message's ``tool_calls`` item."""
+        item: dict[str, Any] = {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+        if self.extra is not None:
+            item["extra_content"] = self.extra
+        return item
 
 
 class Turn:
@@ -129,12 +171,14 @@ class Turn:
         steps: StepTracker | None = None,
         seed: Callable[[str], Awaitable[int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        keeper: Keeper | None = None,
     ) -> None:
         """Prepare the turn; nothing runs until :meth:`events` is iterated.
 
         ``steps`` numbers the steps (shared by the conversation, so a regenerated
         message continues its chain); ``seed`` returns the highest stored index of a
-        chain, awaited (at most 1 s) before the first step is numbered.
+        chain, awaited (at most 1 s) before the first step is numbered. ``keeper``
+        seals reasoning kept for the provider's pass-back rule.
         """
         self.user_id = user_id
         self.text = text
@@ -159,6 +203,16 @@ class Turn:
         """The generator is running its own awaits (not suspended at a ``yield``)."""
         self._task: asyncio.Task[Any] | None = None
         self._cancels = 0
+        self._keeper = keeper if keeper is not None else Keeper()
+        self._kept: Kept | None = None
+        self._started_at: float | None = None
+        self._first_reasoning_ms: float | None = None
+        self._round_raw = False
+        """This round streamed raw reasoning."""
+        self._round_summarised = False
+        """This round streamed provider summaries (steps of their own without raw text)."""
+        self._summaries: list[str] = []
+        """Provider summary text waiting for the step it belongs to (raw reasoning seen)."""
 
     @property
     def stopped(self) -> bool:
@@ -239,50 +293,107 @@ class Turn:
         out.extend(SentenceReady(text) for text in rest[:-1])
         out.append(SentenceReady(rest[-1] if rest else "", final=True))
         answer = strip_reasoning("".join(self._answer)).strip()
-        out.append(TurnEnded(status, answer, self._step_count, self._usage, error))
+        out.append(
+            TurnEnded(
+                status,
+                answer,
+                self._step_count,
+                self._usage,
+                error,
+                kept=self._kept if status == "complete" else None,
+                first_reasoning_ms=self._first_reasoning_ms,
+            )
+        )
         return out
 
     # -- the model ------------------------------------------------------------------
 
     def _context(self) -> list[dict[str, Any]]:
-        """System prompt, past user messages and answers (never reasoning), the new one."""
+        """System prompt, past user messages and answers, the new one.
+
+        Roles always alternate: a past turn that left no answer (it failed or was stopped
+        before any answer text) is left out with its user message, so a request never
+        holds two user messages in a row. Reasoning goes back only where the provider's
+        pass-back rule needs it in later turns (``all_turns``), sealed until rendered.
+        """
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": self._options.system_prompt}
         ]
         keep = self._options.history_turns
-        for ex in self._history[-keep:] if keep else ():
+        carry = self._options.passback[0] == "all_turns"
+        past = [ex for ex in self._history if strip_reasoning(ex.answer_text).strip()]
+        for ex in past[-keep:] if keep else ():
             messages.append({"role": "user", "content": ex.user_text})
-            if ex.answer_text:
-                messages.append({"role": "assistant", "content": strip_reasoning(ex.answer_text)})
+            answer: dict[str, Any] = {
+                "role": "assistant",
+                "content": strip_reasoning(ex.answer_text).strip(),
+            }
+            if carry and ex.kept is not None:
+                answer[PASSBACK_KEY] = ex.kept
+            messages.append(answer)
         messages.append({"role": "user", "content": self.text})
         return messages
+
+    def _request(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The streamed request for ``messages`` in the configured API's shape."""
+        options = self._options
+        transcript = [
+            {**m, PASSBACK_KEY: self._keeper.open(m[PASSBACK_KEY])} if PASSBACK_KEY in m else m
+            for m in messages
+        ]
+        extra = options.provider.effort_params(options.effort, options.api)
+        if options.api == "responses":
+            instructions, items = responses_input(transcript)
+            if instructions is not None:
+                extra["instructions"] = instructions
+            if tools:
+                extra["tools"] = responses_tools(tools)
+            return stream_response_deltas(
+                self._llm,
+                model=options.model,
+                input=items,
+                on_usage=self._add_usage,
+                **options.provider.responses_params(),
+                **extra,
+            )
+        if tools:
+            extra["tools"] = tools
+        return stream_deltas(
+            self._llm,
+            model=options.model,
+            messages=cast("list[ChatCompletionMessageParam]", chat_messages(transcript)),
+            on_usage=self._add_usage,
+            **extra,
+        )
 
     async def _rounds(self) -> AsyncGenerator[TurnEvent, None]:
         messages = self._context()
         rounds = self._options.max_tool_rounds
         schemas = self._tools.schemas() if self._tools is not None else None
+        rule, form = self._options.passback
+        collector = PassBackCollector(form)
+        self._started_at = self._clock()
         for round_no in range(rounds + 1):
             offer = schemas if round_no < rounds else None
             self._round_text.clear()
             calls: list[_ToolCall] = []
-            async for event in self._stream_round(messages, offer, calls):
+            async for event in self._stream_round(messages, offer, calls, collector):
                 yield event
+            material = collector.take() if rule != "never" else None
             if not calls or offer is None:
+                if rule == "all_turns":
+                    self._kept = self._keeper.keep(material)
                 return
-            messages.append(
-                {
-                    "role": "assistant",
-                    "content": "".join(self._round_text) or None,
-                    "tool_calls": [
-                        {
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments},
-                        }
-                        for c in calls
-                    ],
-                }
-            )
+            assistant: dict[str, Any] = {
+                "role": "assistant",
+                "content": "".join(self._round_text) or None,
+                "tool_calls": [c.message() for c in calls],
+            }
+            if material is not None:
+                assistant[PASSBACK_KEY] = self._keeper.keep(material)
+            messages.append(assistant)
             for call in calls:
                 outcome: Outcome | None = None
                 async for event in self._run_tool(call):
@@ -299,19 +410,15 @@ class Turn:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         found: list[_ToolCall],
+        collector: PassBackCollector,
     ) -> AsyncGenerator[TurnEvent, None]:
         """One streamed completion: steps and answer text; its tool calls go to ``found``."""
         extractor = ReasoningExtractor(open_at_start=self._options.thinking_open)
         segmenter = StepSegmenter(max_delay=self._options.step_max_delay_s, clock=self._clock)
         calls: dict[int, _ToolCall] = {}
-        extra: dict[str, Any] = {"tools": tools} if tools else {}
-        deltas = stream_deltas(
-            self._llm,
-            model=self._options.model,
-            messages=cast("list[ChatCompletionMessageParam]", messages),
-            on_usage=self._add_usage,
-            **extra,
-        )
+        collect = collector.feed if collector.active else None
+        self._round_raw = self._round_summarised = False
+        deltas = self._request(messages, tools)
         async with (
             contextlib.aclosing(deltas) as stream,
             contextlib.aclosing(_paced(stream, segmenter.due, self._clock)) as it,
@@ -324,6 +431,8 @@ class Turn:
                 for tc in delta.get("tool_calls") or ():
                     if isinstance(tc, dict):
                         _merge_tool_call(calls, tc)
+                if collect is not None:
+                    collect(delta)
                 for part in extractor.feed(delta):
                     for event in await self._part(part, segmenter):
                         yield event
@@ -346,8 +455,17 @@ class Turn:
             _int(reasoning),
         )
 
-    async def _part(self, part: Reasoning | Answer, segmenter: StepSegmenter) -> list[TurnEvent]:
-        if isinstance(part, Reasoning):
+    async def _part(self, part: Part, segmenter: StepSegmenter) -> list[TurnEvent]:
+        if not isinstance(part, Answer):
+            if self._first_reasoning_ms is None and self._started_at is not None:
+                self._first_reasoning_ms = (self._clock() - self._started_at) * 1000.0
+            if isinstance(part, Reasoning):
+                self._round_raw = True
+                return await self._steps_out(segmenter.push(part.text))
+            if self._round_raw:  # the provider's summary of the raw reasoning
+                self._summaries.append(part.text)
+                return []
+            self._round_summarised = True
             return await self._steps_out(segmenter.push(part.text))
         out: list[TurnEvent] = []
         if not self._answer_open:
@@ -363,6 +481,7 @@ class Turn:
     async def _steps_out(self, texts: list[str]) -> list[TurnEvent]:
         if not texts:
             return []
+        summary_mode = self._round_summarised and not self._round_raw
         closed = time.monotonic_ns()
         if self._seed is not None:
             seed, self._seed = self._seed, None
@@ -374,7 +493,16 @@ class Turn:
                 last = 0
             self._steps.seed(self.user_id, max(last, self._steps.last_index(self.user_id)))
         self._step_count += len(texts)
-        return [StepReady(text, self._steps.next_index(self.user_id), closed) for text in texts]
+        out: list[TurnEvent] = []
+        for text in texts:
+            summary: str | None = None
+            if summary_mode:
+                summary = text
+            elif self._summaries:
+                summary = " ".join(" ".join(self._summaries).split())
+                self._summaries.clear()
+            out.append(StepReady(text, self._steps.next_index(self.user_id), closed, summary))
+        return out
 
     async def _run_tool(self, call: _ToolCall) -> AsyncIterator[TurnEvent]:
         assert self._tools is not None
@@ -448,6 +576,9 @@ def _merge_tool_call(calls: dict[int, _ToolCall], tc: dict[str, Any]) -> None:
     call = calls.setdefault(index if isinstance(index, int) else 0, _ToolCall())
     if isinstance(tc_id := tc.get("id"), str) and tc_id:
         call.id = tc_id
+    extra = tc.get("extra_content")
+    if isinstance(extra, dict):
+        call.extra = extra
     function = tc.get("function")
     if isinstance(function, dict):
         name = function.get("name")

@@ -15,13 +15,14 @@ raises ``openai.APIError``; a broken or timed-out connection ``openai.APIConnect
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any
 
 import msgspec
 import openai
 
-__all__ = ["SSEDecoder", "stream_deltas"]
+__all__ = ["SSEDecoder", "stream_deltas", "stream_response_deltas"]
 
 _json = msgspec.json.Decoder()
 
@@ -77,6 +78,50 @@ class SSEDecoder:
         return None  # id / retry / unknown fields: nothing to do for completions
 
 
+async def _payloads(
+    response: Any, request: Any
+) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    """The streamed body's events as ``(event name, JSON object)``, until ``[DONE]``/EOF.
+
+    Errors are the SDK's (see the module docstring).
+    """
+    decoder = SSEDecoder()
+    body = response.iter_bytes()
+    while True:
+        try:
+            chunk = await anext(body)
+        except StopAsyncIteration:
+            return
+        except openai.APIError:
+            raise
+        except Exception as exc:  # the HTTP library's read / timeout errors
+            raise openai.APIConnectionError(message=str(exc), request=request) from exc
+        for event, data in decoder.feed(chunk):
+            if data.startswith("[DONE]"):
+                async for _ in body:  # the rest (normally nothing): keeps the connection
+                    pass
+                return
+            try:
+                payload = _json.decode(data)
+            except msgspec.DecodeError as exc:
+                raise openai.APIError(
+                    f"malformed stream chunk: {exc}", request=request, body=data
+                ) from None
+            if not isinstance(payload, dict):
+                raise openai.APIError("stream chunk is not an object", request, body=payload)
+            error = payload.get("error")
+            if error or event == "error" or payload.get("type") == "error":
+                if not isinstance(error, dict):
+                    error = payload
+                message = error.get("message")
+                raise openai.APIError(
+                    message if isinstance(message, str) and message else "stream error",
+                    request,
+                    body=error,
+                )
+            yield event, payload
+
+
 async def stream_deltas(
     llm: openai.AsyncOpenAI,
     *,
@@ -88,47 +133,108 @@ async def stream_deltas(
     Chunks without choices (usage-only chunks) yield nothing; a chunk's ``usage`` object,
     when there is one, is handed to ``on_usage``.
     """
-    async with llm.chat.completions.with_streaming_response.create(
-        stream=True, **params
-    ) as response:
+    async with (
+        llm.chat.completions.with_streaming_response.create(stream=True, **params) as response,
+        contextlib.aclosing(_payloads(response, response.http_request)) as events,
+    ):
+        async for _, payload in events:
+            usage = payload.get("usage")
+            if on_usage is not None and isinstance(usage, dict):
+                on_usage(usage)
+            choices = payload.get("choices")
+            if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+                delta = choices[0].get("delta")
+                if isinstance(delta, dict):
+                    yield delta
+
+
+async def stream_response_deltas(
+    llm: openai.AsyncOpenAI,
+    *,
+    on_usage: Callable[[dict[str, Any]], None] | None = None,
+    **params: Any,
+) -> AsyncGenerator[dict[str, Any], None]:
+    """``responses.create(stream=True, **params)`` as chat-shaped deltas.
+
+    The Responses API's events become the deltas the extractor and the turn read:
+    ``reasoning`` (raw reasoning text), ``reasoning_summary`` (the provider's summary),
+    ``content`` (answer text), ``tool_calls`` (function calls: call id, name, argument
+    pieces), and ``reasoning_item`` (a finished reasoning output item, with its
+    ``encrypted_content``, for pass-back). A new reasoning item or summary part starts
+    with a paragraph break. Usage (``input_tokens``/``output_tokens``) is handed to
+    ``on_usage`` in chat-completions names. ``response.failed``/``incomplete`` raise
+    ``openai.APIError``.
+    """
+    async with llm.responses.with_streaming_response.create(stream=True, **params) as response:
         request = response.http_request
-        decoder = SSEDecoder()
-        body = response.iter_bytes()
-        while True:
-            try:
-                chunk = await anext(body)
-            except StopAsyncIteration:
-                return
-            except openai.APIError:
-                raise
-            except Exception as exc:  # the HTTP library's read / timeout errors
-                raise openai.APIConnectionError(message=str(exc), request=request) from exc
-            for event, data in decoder.feed(chunk):
-                if data.startswith("[DONE]"):
-                    async for _ in body:  # the rest (normally nothing): keeps the connection
-                        pass
-                    return
-                try:
-                    payload = _json.decode(data)
-                except msgspec.DecodeError as exc:
-                    raise openai.APIError(
-                        f"malformed stream chunk: {exc}", request=request, body=data
-                    ) from None
-                if not isinstance(payload, dict):
-                    raise openai.APIError("stream chunk is not an object", request, body=payload)
-                error = payload.get("error")
-                if error or event == "error":
-                    message = error.get("message") if isinstance(error, dict) else None
-                    raise openai.APIError(
-                        message if isinstance(message, str) and message else "stream error",
-                        request,
-                        body=error if error else payload,
-                    )
-                usage = payload.get("usage")
-                if on_usage is not None and isinstance(usage, dict):
-                    on_usage(usage)
-                choices = payload.get("choices")
-                if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-                    delta = choices[0].get("delta")
-                    if isinstance(delta, dict):
-                        yield delta
+        raw = summary = False
+        async with contextlib.aclosing(_payloads(response, request)) as events:
+            async for event, payload in events:
+                kind = payload.get("type") or event
+                if kind == "response.reasoning_text.delta":
+                    raw = True
+                    yield {"reasoning": payload.get("delta") or ""}
+                elif kind == "response.reasoning_summary_text.delta":
+                    summary = True
+                    yield {"reasoning_summary": payload.get("delta") or ""}
+                elif kind == "response.output_text.delta":
+                    yield {"content": payload.get("delta") or ""}
+                elif kind == "response.function_call_arguments.delta":
+                    yield {
+                        "tool_calls": [
+                            {
+                                "index": payload.get("output_index"),
+                                "function": {"arguments": payload.get("delta") or ""},
+                            }
+                        ]
+                    }
+                elif kind == "response.reasoning_summary_part.added":
+                    if payload.get("summary_index"):
+                        yield {"reasoning_summary": "\n\n"}
+                elif kind in ("response.output_item.added", "response.output_item.done"):
+                    item = payload.get("item")
+                    if not isinstance(item, dict):
+                        continue
+                    done = kind.endswith(".done")
+                    if item.get("type") == "reasoning":
+                        if done:
+                            yield {"reasoning_item": item}
+                        else:  # a new reasoning item: a new paragraph of each kind seen
+                            yield {
+                                "reasoning": "\n\n" if raw else None,
+                                "reasoning_summary": "\n\n" if summary else None,
+                            }
+                    elif item.get("type") == "function_call" and not done:
+                        yield {
+                            "tool_calls": [
+                                {
+                                    "index": payload.get("output_index"),
+                                    "id": item.get("call_id") or "",
+                                    "function": {
+                                        "name": item.get("name") or "",
+                                        "arguments": item.get("arguments") or "",
+                                    },
+                                }
+                            ]
+                        }
+                elif kind in ("response.completed", "response.incomplete", "response.failed"):
+                    body = payload.get("response")
+                    body = body if isinstance(body, dict) else {}
+                    usage = body.get("usage")
+                    if on_usage is not None and isinstance(usage, dict):
+                        on_usage(_chat_usage(usage))
+                    if kind != "response.completed":
+                        reason = body.get("error") or body.get("incomplete_details") or {}
+                        message = reason.get("message") or reason.get("reason") or kind
+                        raise openai.APIError(str(message), request, body=body)
+
+
+def _chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """Responses API usage in chat-completions names."""
+    details = usage.get("output_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return {
+        "prompt_tokens": usage.get("input_tokens"),
+        "completion_tokens": usage.get("output_tokens"),
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
