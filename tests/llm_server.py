@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest_asyncio
 
-from agent.llm.reasoning import Answer, Part, Reasoning
+from agent.llm.reasoning import Answer, Part, Reasoning, Summary
+from agent.llm.stream import ResponsesReader
 from harness.recorded_llm import (
     ENDLESS,
     STREAMS_DIR,
@@ -43,6 +44,7 @@ __all__ = [
     "llm_server",
     "reasoning_of",
     "recorded_llm",
+    "summary_of",
 ]
 
 MANIFEST: dict[str, StreamSpec] = load_manifest()
@@ -57,13 +59,33 @@ async def llm_server() -> AsyncIterator[RecordedLLM]:
 
 
 def deltas_of(name: str) -> Iterator[Mapping[str, Any]]:
-    """The choice deltas of a recorded stream, read straight from its file (no HTTP)."""
-    for event in read_events(STREAMS_DIR / MANIFEST[name].file):
-        if not event.startswith("data: ") or event == "data: [DONE]":
+    """The choice deltas of a recorded stream, read straight from its file (no HTTP).
+
+    Responses API streams go through the worker's :class:`ResponsesReader`, which turns
+    their events into the same chat-shaped deltas.
+    """
+    spec = MANIFEST[name]
+    reader = ResponsesReader() if spec.api == "responses" else None
+    for event in read_events(STREAMS_DIR / spec.file):
+        name_line, data = "", ""
+        for line in event.split("\n"):
+            if line.startswith("event: "):
+                name_line = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                data = line.removeprefix("data: ")
+        if not data or data == "[DONE]":
             continue
-        chunk = json.loads(event.removeprefix("data: "))
+        chunk = json.loads(data)
+        if reader is not None:
+            yield from reader.read(name_line, chunk)
+            continue
         for choice in chunk["choices"]:
             yield choice["delta"]
+
+
+def summary_of(parts: list[Part]) -> str:
+    """Concatenated provider summary text of extractor parts."""
+    return "".join(p.text for p in parts if isinstance(p, Summary))
 
 
 def reasoning_of(parts: list[Part]) -> str:

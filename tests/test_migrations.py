@@ -15,10 +15,19 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from storage_db import fetch, new_database
 
+from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
 from agent.storage.engine import VERSION_TABLE, create_engine
 from agent.storage.tables import TABLE_NAMES, Base
 from agent.storage.writer import StorageWriter, WriterOptions, migrate
-from protocol import Envelope, ReasoningStep, StartAnswer, ToolUseRequest, UserMessage, envelope
+from protocol import (
+    AssistantMessage,
+    Envelope,
+    ReasoningStep,
+    StartAnswer,
+    ToolUseRequest,
+    UserMessage,
+    envelope,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -114,12 +123,12 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
     assert await schema(empty_url) == {
         "tables": set(TABLE_NAMES),
         "views": VIEWS,
-        "version": "0003",
+        "version": "0004",
     }
     await migrate(empty_url, "base", downgrade=True)
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)  # and back up again
-    assert (await schema(empty_url))["version"] == "0003"
+    assert (await schema(empty_url))["version"] == "0004"
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(
@@ -156,6 +165,96 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)
     assert await counts(empty_url) == dict.fromkeys(before, 0)
+
+
+USAGE_COLUMNS = ["prompt_tokens", "completion_tokens", "reasoning_tokens", "first_reasoning_ms"]
+
+
+async def columns(url: str, relation: str) -> list[str]:
+    """Column names of a table or view, in order."""
+
+    def read(conn: Connection) -> list[str]:
+        return [c["name"] for c in inspect(conn).get_columns(relation)]
+
+    engine = create_engine(url, pooled=False)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(read)
+    finally:
+        await engine.dispose()
+
+
+async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Path) -> None:
+    await migrate(empty_url, "0003")
+    before_answers = await columns(empty_url, "alicia_answer_reasoning")
+    before_daily = await columns(empty_url, "alicia_model_daily")
+    assert not set(USAGE_COLUMNS) & set(await columns(empty_url, "alicia_messages"))
+
+    await migrate(empty_url)  # 0003 -> 0004
+    assert (await columns(empty_url, "alicia_messages"))[-4:] == USAGE_COLUMNS
+    # The views keep their columns, in order, with the figures appended.
+    assert await columns(empty_url, "alicia_answer_reasoning") == [*before_answers, *USAGE_COLUMNS]
+    assert await columns(empty_url, "alicia_model_daily") == [
+        *before_daily,
+        "prompt_tokens",
+        "completion_tokens",
+        "reasoning_tokens",
+        "avg_reasoning_tokens",
+        "avg_first_reasoning_ms",
+        "max_first_reasoning_ms",
+    ]
+    await populate(empty_url, tmp_path)
+    cid = "conv_migr"
+    final = envelope(
+        AssistantMessage(id="msg_a", previous_id="msg_u", conversation_id=cid, content="a"),
+        stanza_id=-4,
+        conversation_id=cid,
+        meta={
+            META_USAGE: {"promptTokens": 10, "completionTokens": 7, "reasoningTokens": 5},
+            META_FIRST_REASONING_MS: 12.5,
+        },
+    )
+    async with StorageWriter(
+        empty_url, WriterOptions(spill_dir=tmp_path / "spill", migrate=False)
+    ) as w:
+        w.submit(final)
+        await w.flush(timeout=30)
+    [row] = await fetch(
+        empty_url, "SELECT reasoning_tokens, first_reasoning_ms FROM alicia_answer_reasoning"
+    )
+    assert (row["reasoning_tokens"], row["first_reasoning_ms"]) == (5, 12.5)
+    [day] = await fetch(
+        empty_url, "SELECT answers, steps, reasoning_tokens, prompt_tokens FROM alicia_model_daily"
+    )
+    assert (day["answers"], day["steps"], day["reasoning_tokens"], day["prompt_tokens"]) == (
+        1,
+        1,
+        5,
+        10,
+    )
+    before = await counts(empty_url)
+
+    await migrate(empty_url, "0003", downgrade=True)  # columns go, rows and 0002 views stay
+    assert await schema(empty_url) == {
+        "tables": set(TABLE_NAMES),
+        "views": VIEWS,
+        "version": "0003",
+    }
+    assert not set(USAGE_COLUMNS) & set(await columns(empty_url, "alicia_messages"))
+    assert await columns(empty_url, "alicia_answer_reasoning") == before_answers
+    assert await columns(empty_url, "alicia_model_daily") == before_daily
+    assert await counts(empty_url) == before
+    [day] = await fetch(empty_url, "SELECT answers, steps FROM alicia_model_daily")
+    assert (day["answers"], day["steps"]) == (1, 1)
+
+    await migrate(empty_url)  # up again: the figures were dropped with the columns
+    [row] = await fetch(
+        empty_url,
+        "SELECT prompt_tokens, completion_tokens, reasoning_tokens, first_reasoning_ms "
+        "FROM alicia_messages WHERE id = 'msg_a'",
+    )
+    assert row == dict.fromkeys(USAGE_COLUMNS)
+    assert await counts(empty_url) == before
 
 
 async def test_models_match_the_migrations(empty_url: str) -> None:
@@ -214,8 +313,10 @@ def test_alembic_command_line_upgrades_and_downgrades(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         return done.stdout + done.stderr
 
-    assert "0001 -> 0002" in alembic("upgrade", "head")
-    assert "0002 -> 0003" in alembic("current") or "0003 (head)" in alembic("current")
+    upgraded = alembic("upgrade", "head")
+    assert "0001 -> 0002" in upgraded and "0003 -> 0004" in upgraded
+    assert "0004 (head)" in alembic("current")
     assert "0001 -> , " in alembic("downgrade", "base")
     sql = alembic("upgrade", "head", "--sql")  # offline mode renders the DDL
     assert "CREATE TABLE alicia_reasoning_steps" in sql and "CREATE VIEW alicia_model_daily" in sql
+    assert "ALTER TABLE alicia_messages ADD COLUMN reasoning_tokens INTEGER" in sql

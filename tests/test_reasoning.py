@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.llm.reasoning import (
+    OPEN_MARKERS,
     Answer,
     Part,
     Reasoning,
@@ -17,7 +18,7 @@ from agent.llm.reasoning import (
     Summary,
     strip_reasoning,
 )
-from tests.llm_server import MANIFEST, answer_of, deltas_of, reasoning_of
+from tests.llm_server import MANIFEST, answer_of, deltas_of, reasoning_of, summary_of
 
 pytestmark = pytest.mark.filterwarnings("error")
 
@@ -44,6 +45,7 @@ def test_recorded_stream_yields_manifest_reasoning_and_answer(name: str) -> None
     spec = MANIFEST[name]
     parts = run(deltas_of(name), open_at_start=spec.open_at_start)
     assert reasoning_of(parts) == spec.reasoning
+    assert summary_of(parts) == "\n\n".join(spec.summaries)
     assert answer_of(parts) == spec.answer
 
 
@@ -60,8 +62,14 @@ def _flatten(name: str) -> list[tuple[str, str]]:
             runs.append((kind, text))
 
     for delta in deltas_of(name):
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        if isinstance(reasoning, str):
+        details = delta.get("reasoning_details") or []
+        summary = "".join(d.get("summary") or "" for d in details) or delta.get("reasoning_summary")
+        reasoning = (
+            delta.get("reasoning_content") or delta.get("reasoning") or delta.get("thinking")
+        )
+        if summary:
+            add("summary", summary)
+        elif isinstance(reasoning, str):
             add("field", reasoning)
         content = delta.get("content")
         if isinstance(content, str):
@@ -78,6 +86,8 @@ def _flatten(name: str) -> list[tuple[str, str]]:
 def _as_delta(kind: str, text: str) -> Delta:
     if kind == "field":
         return {"reasoning_content": text, "content": None}
+    if kind == "summary":
+        return {"reasoning_summary": text}
     if kind == "block":
         return {"content": [{"type": "thinking", "thinking": text}]}
     return {"content": text}
@@ -105,6 +115,7 @@ def test_recorded_stream_cut_into_single_characters(name: str) -> None:
     total = sum(len(text) for _, text in runs)
     parts = run(_resplit(runs, set(range(total))), open_at_start=spec.open_at_start)
     assert reasoning_of(parts) == spec.reasoning
+    assert summary_of(parts) == "\n\n".join(spec.summaries)
     assert answer_of(parts) == spec.answer
 
 
@@ -400,7 +411,7 @@ def test_strip_reasoning(text: str, expected: str) -> None:
 def test_strip_reasoning_of_recorded_content_is_the_answer(name: str) -> None:
     spec = MANIFEST[name]
     content = "".join(text for kind, text in _flatten(name) if kind == "content")
-    if spec.open_at_start or "<think>" in content:
+    if spec.open_at_start or any(m in content for m in OPEN_MARKERS):
         assert strip_reasoning(content) == spec.answer
     else:
         assert strip_reasoning(content) == content

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import DateTime, bindparam, text
 from storage_db import new_database
 
+from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
 from agent.storage.engine import create_engine
 from agent.storage.stats import main
 from agent.storage.writer import StorageWriter, WriterOptions, migrate
@@ -50,11 +51,17 @@ def traffic() -> tuple[list[Envelope[Any]], dict[str, dt.datetime]]:
     times: dict[str, dt.datetime] = {}
     n = 0
 
-    def send(body: Body, key: str, at: dt.datetime, model: str | None = None) -> None:
+    def send(
+        body: Body,
+        key: str,
+        at: dt.datetime,
+        model: str | None = None,
+        figures: dict[str, Any] | None = None,
+    ) -> None:
         nonlocal n
         n += 1
         stanza = n if isinstance(body, UserMessage) else -n
-        meta = {"model": model} if model else None
+        meta = {**({"model": model} if model else {}), **(figures or {})} or None
         envs.append(envelope(body, stanza_id=stanza, conversation_id=CID, meta=meta))
         times[key] = at
 
@@ -88,6 +95,7 @@ def traffic() -> tuple[list[Envelope[Any]], dict[str, dt.datetime]]:
         ),
         "sent_1",
         T0 + ms(1500),
+        figures=usage(100, 60, 40, first_reasoning_ms=80.0),  # on the streamed answer's end
     )
     # Turn 2, model-a: one step after 50 ms, whole answer after 500 ms.
     t1 = T0 + dt.timedelta(minutes=5)
@@ -105,6 +113,7 @@ def traffic() -> tuple[list[Envelope[Any]], dict[str, dt.datetime]]:
         "msg_a2",
         t1 + ms(500),
         "model-a",
+        usage(50, 30, 20, first_reasoning_ms=120.5),
     )
     # Turn 3, model-b: no steps, a cancelled tool, answer after 200 ms.
     t2 = T0 + dt.timedelta(minutes=10)
@@ -123,8 +132,25 @@ def traffic() -> tuple[list[Envelope[Any]], dict[str, dt.datetime]]:
         "msg_a3",
         t2 + ms(200),
         "model-b",
+        usage(7, 3, 0),  # no reasoning text, so no time to it
     )
     return envs, times
+
+
+def usage(
+    prompt: int, completion: int, reasoning: int, *, first_reasoning_ms: float | None = None
+) -> dict[str, Any]:
+    """The storage-only meta the worker puts on an answer's last envelope."""
+    meta: dict[str, Any] = {
+        META_USAGE: {
+            "promptTokens": prompt,
+            "completionTokens": completion,
+            "reasoningTokens": reasoning,
+        }
+    }
+    if first_reasoning_ms is not None:
+        meta[META_FIRST_REASONING_MS] = first_reasoning_ms
+    return meta
 
 
 async def set_times(url: str, times: dict[str, dt.datetime]) -> None:
@@ -195,9 +221,46 @@ def test_daily_per_model(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert a["avg_ms_to_first_step"] == approx(75) and a["max_ms_to_first_step"] == approx(100)
     assert a["avg_ms_to_answer"] == approx(750) and a["max_ms_to_answer"] == approx(1000)
     assert (a["tool_calls"], a["tool_failures"], a["tool_failure_rate"]) == (2, 1, 0.5)
+    assert (a["reasoning_tokens"], a["avg_reasoning_tokens"]) == (60, 30.0)
+    assert a["avg_first_reasoning_ms"] == pytest.approx(100.25)
     assert (b["answers"], b["steps"], b["reasoning_chars"]) == (1, 0, 0)
     assert b["avg_ms_to_first_step"] is None and b["avg_ms_to_answer"] == approx(200)
     assert (b["tool_calls"], b["tool_failures"], b["tool_failure_rate"]) == (1, 1, 1.0)
+    assert (b["reasoning_tokens"], b["avg_reasoning_tokens"]) == (0, 0.0)
+    assert b["avg_first_reasoning_ms"] is None
+
+
+def test_reasoning_tokens_and_time_to_first_reasoning_per_model(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reasoning = run_json(capsys, "--database-url", url, "reasoning")["reasoning"]
+    assert reasoning == [
+        {
+            "model": "model-a",
+            "answers": 2,
+            "answers_with_usage": 2,
+            "prompt_tokens": 150,
+            "completion_tokens": 90,
+            "reasoning_tokens": 60,
+            "avg_reasoning_tokens": 30.0,
+            "p50_first_reasoning_ms": 100.25,
+            "avg_first_reasoning_ms": 100.25,
+        },
+        {
+            "model": "model-b",
+            "answers": 1,
+            "answers_with_usage": 1,
+            "prompt_tokens": 7,
+            "completion_tokens": 3,
+            "reasoning_tokens": 0,
+            "avg_reasoning_tokens": 0.0,
+            "p50_first_reasoning_ms": None,
+            "avg_first_reasoning_ms": None,
+        },
+    ]
+    # The daily view has the same sums, per day.
+    [a, _] = run_json(capsys, "--database-url", url, "daily")["daily"]
+    assert (a["reasoning_tokens"], a["avg_reasoning_tokens"]) == (60, 30.0)
 
 
 def test_answers_turns_and_tools(url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,8 +276,17 @@ def test_answers_turns_and_tools(url: str, capsys: pytest.CaptureFixture[str]) -
     )
     assert a1["answer_chars"] == len("Done.")
     assert a1["ms_to_first_step"] == approx(100) and a1["ms_to_answer"] == approx(1000)
+    assert (a1["reasoning_tokens"], a1["first_reasoning_ms"]) == (40, 80.0)
     assert (answers["msg_a2"]["steps"], answers["msg_a2"]["reasoning_chars"]) == (1, 40)
+    assert (answers["msg_a2"]["reasoning_tokens"], answers["msg_a2"]["first_reasoning_ms"]) == (
+        20,
+        120.5,
+    )
     assert answers["msg_a3"]["ms_to_first_step"] is None
+    assert (answers["msg_a3"]["reasoning_tokens"], answers["msg_a3"]["first_reasoning_ms"]) == (
+        0,
+        None,
+    )
 
     turns = {r["user_message_id"]: r for r in report["turns"]}
     assert sorted(turns) == ["msg_u1", "msg_u3"]
@@ -235,6 +307,7 @@ def test_answers_turns_and_tools(url: str, capsys: pytest.CaptureFixture[str]) -
 def test_days_filter_and_limit(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     recent = run_json(capsys, "--database-url", url, "--days", "7")
     assert recent["daily"] == [] and recent["answers"] == [] and recent["turns"] == []
+    assert recent["reasoning"] == []
     assert len(recent["tools"]) == 3  # not dated
     assert len(run_json(capsys, "--database-url", url, "--limit", "1", "answers")["answers"]) == 1
 
@@ -242,9 +315,16 @@ def test_days_filter_and_limit(url: str, capsys: pytest.CaptureFixture[str]) -> 
 def test_tables_are_printed(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--database-url", url]) == 0
     out = capsys.readouterr().out
-    for title in ("Per model and day", "Reasoning per answer", "Tool calls per turn", "Tools"):
+    for title in (
+        "Per model and day",
+        "Reasoning tokens and time to first reasoning per model",
+        "Reasoning per answer",
+        "Tool calls per turn",
+        "Tools",
+    ):
         assert title in out
     assert "model-a" in out and "web_search" in out
+    assert "p50_first_reasoning_ms" in out and "100.2" in out
 
 
 def test_bad_invocations_exit_with_2(
@@ -278,3 +358,90 @@ def test_module_and_console_script(url: str) -> None:
     }
     scripts = importlib.metadata.entry_points(group="console_scripts")
     assert scripts["alicia-stats"].value == "agent.storage.stats:main"
+
+
+SPREAD: dict[str, list[Any]] = {
+    # model -> per answer: (reasoning tokens, ms to first reasoning) or a meta to store
+    "model-x": [(5, 30.0), (6, 10.0), (7, 90.0)],
+    "model-y": [(1, 40), (2, 10.0), (3, 20.0), (4, 100.0), None, "junk"],
+}
+"""Odd and even counts of times, an int time, an answer without figures, junk figures."""
+
+
+@pytest.fixture(scope="module", params=["postgres", "sqlite"])
+async def spread_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    pg = request.getfixturevalue("postgres_server") if request.param == "postgres" else None
+    tmp = tmp_path_factory.mktemp("spread")
+    db = await new_database(request.param, pg, tmp, "spread")
+    await migrate(db)
+    envs: list[Envelope[Any]] = []
+    for model, answers in SPREAD.items():
+        for i, figures in enumerate(answers):
+            uid, aid = f"msg_u_{model}_{i}", f"msg_a_{model}_{i}"
+            meta: dict[str, Any] = {"model": model}
+            if isinstance(figures, tuple):
+                meta |= usage(100, 50 + figures[0], figures[0], first_reasoning_ms=figures[1])
+            elif figures == "junk":
+                meta |= {META_USAGE: {"reasoningTokens": -1}, META_FIRST_REASONING_MS: "soon"}
+            n = len(envs)
+            envs.append(
+                envelope(
+                    UserMessage(id=uid, conversation_id=CID, content="q"),
+                    stanza_id=n + 1,
+                    conversation_id=CID,
+                )
+            )
+            envs.append(
+                envelope(
+                    AssistantMessage(id=aid, conversation_id=CID, content="a", previous_id=uid),
+                    stanza_id=-(n + 2),
+                    conversation_id=CID,
+                    meta=meta,
+                )
+            )
+    async with StorageWriter(db, WriterOptions(spill_dir=tmp / "spill", migrate=False)) as w:
+        for env in envs:
+            w.submit(env)
+        await w.flush(timeout=30)
+        assert w.stats.dead_lettered == 0
+    return db
+
+
+def test_median_and_mean_time_to_first_reasoning(
+    spread_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = run_json(capsys, "--database-url", spread_url, "--days", "1", "reasoning")
+    y, x = report["reasoning"]  # most answers first
+    assert y == {
+        "model": "model-y",
+        "answers": 6,
+        "answers_with_usage": 4,
+        "prompt_tokens": 400,
+        "completion_tokens": 210,
+        "reasoning_tokens": 10,
+        "avg_reasoning_tokens": 2.5,
+        "p50_first_reasoning_ms": 30.0,  # (20 + 40) / 2
+        "avg_first_reasoning_ms": 42.5,
+    }
+    assert x == {
+        "model": "model-x",
+        "answers": 3,
+        "answers_with_usage": 3,
+        "prompt_tokens": 300,
+        "completion_tokens": 168,
+        "reasoning_tokens": 18,
+        "avg_reasoning_tokens": 6.0,
+        "p50_first_reasoning_ms": 30.0,
+        "avg_first_reasoning_ms": pytest.approx(130 / 3),
+    }
+    limited = run_json(capsys, "--database-url", spread_url, "--limit", "1", "reasoning")
+    assert [r["model"] for r in limited["reasoning"]] == ["model-y"]
+    [day_x, day_y] = run_json(capsys, "--database-url", spread_url, "daily")["daily"]
+    assert (day_x["model"], day_x["reasoning_tokens"], day_x["avg_reasoning_tokens"]) == (
+        "model-x",
+        18,
+        6.0,
+    )
+    assert day_y["avg_first_reasoning_ms"] == 42.5

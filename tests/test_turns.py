@@ -152,7 +152,9 @@ def turn_of(box: list[Envelope[Any]], after: int = 0) -> list[Envelope[Any]]:
 
 
 REASONING_STREAMS = [
-    name for name, spec in load_manifest().items() if not spec.tool_calls and not _is_followup(name)
+    name
+    for name, spec in load_manifest().items()
+    if spec.api == "chat" and not spec.tool_calls and not _is_followup(name)
 ]
 
 

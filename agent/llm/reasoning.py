@@ -93,6 +93,7 @@ _MARKER: Final = re.compile("|".join(re.escape(m) for m in _ALL))
 _PREFIXES: Final = frozenset(m[:i] for m in _ALL for i in range(1, len(m)))
 _LONGEST: Final = max(map(len, _ALL))
 _STARTS: Final = "".join(sorted({m[0] for m in _ALL}))
+assert _STARTS == "<\u25c1", "the scanner's fast path checks exactly these"
 
 _REASONING_FIELDS: Final = ("reasoning_content", "reasoning", "thinking")
 _REASONING_BLOCKS: Final = frozenset({"reasoning", "thinking"})
@@ -100,21 +101,21 @@ _REASONING_BLOCK_KEYS: Final = ("text", "thinking", "reasoning")
 _TEXT_BLOCKS: Final = frozenset({"text", "output_text"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reasoning:
     """A fragment of the model's reasoning (never spoken)."""
 
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Summary:
     """A fragment of the provider's own summary of its reasoning (never spoken)."""
 
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answer:
     """A fragment of the answer: safe for TTS and for the user."""
 
@@ -172,24 +173,39 @@ class ReasoningExtractor:
 
     def feed(self, delta: Mapping[str, Any]) -> list[Part]:
         """Read one streamed choice delta; return the parts it completes, in order."""
-        out: list[Part] = []
-        details = delta.get("reasoning_details")
-        if details and isinstance(details, list) and self._details(details, out):
-            pass
-        else:
-            for key in _REASONING_FIELDS:
-                value = delta.get(key)
-                if value and isinstance(value, str):
-                    self._reasoning_field(Reasoning(value), out)
-                    break
-        summary = delta.get("reasoning_summary")
-        if summary and isinstance(summary, str):
+        if len(delta) == 1:  # the common delta: one field
+            for key, value in delta.items():
+                if type(value) is not str:
+                    break  # blocks, details, tool calls: the general path
+                if not value:
+                    return []
+                if key == "content":
+                    out: list[Part] = []
+                    self._scan(value, out)
+                    return out
+                if key in _REASONING_FIELDS:
+                    self._structured = True
+                    if self._implicit:
+                        self._end_implicit()
+                    return [Reasoning(value)]
+        out = []
+        get = delta.get
+        details = get("reasoning_details")
+        if not (details and type(details) is list and self._details(details, out)):
+            text = get("reasoning_content") or get("reasoning") or get("thinking")
+            if text and type(text) is str:
+                self._structured = True
+                if self._implicit:
+                    self._end_implicit()
+                out.append(Reasoning(text))
+        summary = get("reasoning_summary")
+        if summary and type(summary) is str:
             self._reasoning_field(Summary(summary), out)
-        content = delta.get("content")
+        content = get("content")
         if content:
-            if isinstance(content, str):
+            if type(content) is str:
                 self._scan(content, out)
-            elif isinstance(content, list):
+            elif type(content) is list:
                 self._blocks(content, out)
         return out
 
@@ -228,11 +244,14 @@ class ReasoningExtractor:
         if field:
             self._structured = True
         if self._implicit:
-            # The provider separates reasoning itself: content is answer after all.
-            self._implicit = False
-            self._in_think = False
-            self._skip_reasoning_ws = False
+            self._end_implicit()
         _append(out, part)
+
+    def _end_implicit(self) -> None:
+        # The provider separates reasoning itself: content is answer after all.
+        self._implicit = False
+        self._in_think = False
+        self._skip_reasoning_ws = False
 
     def _blocks(self, blocks: Iterable[Any], out: list[Part]) -> None:
         for block in blocks:
@@ -256,7 +275,7 @@ class ReasoningExtractor:
         if self._held:
             text = self._held + text
             self._held = ""
-        elif not any(c in text for c in _STARTS):  # the common case: no marker here
+        elif "<" not in text and "\u25c1" not in text:  # the common case: no marker here
             self._emit(text, out)
             return
         pos = 0

@@ -55,8 +55,11 @@ STEP_MAX_BYTES: Final = TEXT_BUDGET_BYTES
 """Largest step text (UTF-8 bytes) so that a ReasoningStep envelope fits one packet."""
 
 _BLANK_LINE: Final = re.compile(r"\n[ \t\r\f\v]*\n")
+_ENDS: Final = ".!?\u2026\u3002\uff01\uff1f"
+_MAYBE_END: Final = re.compile(f"[{_ENDS}]")
 # Closing quotes and brackets that may follow terminal punctuation.
 _CLOSERS: Final = "\"')]}\u00bb\u201d\u2019\u300d\u300f\uff09\u3011"
+_ENDS_AND_CLOSERS: Final = _ENDS + _CLOSERS
 _FULL_WIDTH_ENDS: Final = "\u3002\uff01\uff1f"  # ideographic full stop, full-width ! and ?
 # A sentence end: terminal punctuation, optional closers, then (for ASCII-style
 # terminators) one whitespace character, which the match includes.
@@ -171,7 +174,8 @@ class StepSegmenter:
         self._buf = ""
         # UTF-8 length of self._buf.
         self._bytes = 0
-        # End of the last sentence end in self._buf (0: none, -1: not computed).
+        # End of a sentence end in self._buf (0: none, -1: not computed); only its
+        # truth is used.
         self._last_end = 0
         # Absolute offset (in characters since the start) of self._buf[0].
         self._base = 0
@@ -182,31 +186,50 @@ class StepSegmenter:
         """Feed reasoning text; return the steps it closes (blank line or size bound)."""
         if not text:
             return []
-        old_len = len(self._buf)
+        old_buf = self._buf
+        old_len = len(old_buf)
         old_base = self._base
-        self._pushes.append((self._base + old_len, self._clock()))
-        self._buf += text
-        self._bytes += _utf8_len(text)
+        self._pushes.append((old_base + old_len, self._clock()))
+        self._buf = old_buf + text
+        ascii_text = text.isascii()
+        self._bytes += len(text) if ascii_text else _utf8_len(text)
         steps: list[str] = []
-        # The open step had no blank line: a new one starts in its trailing whitespace.
-        start = old_len - _trailing_whitespace(self._buf, old_len)
-        while (match := _BLANK_LINE.search(self._buf, start)) is not None:
-            _split_paragraph(self._buf[: match.start()], self._max_bytes, steps)
-            self._consume(match.end())
-            start = 0
-        if self._buf[:1].isspace():
+        if "\n" in text:  # a blank line needs a newline from this push
+            # The open step had no blank line: a new one starts in its trailing whitespace.
+            start = old_len - _trailing_whitespace(self._buf, old_len)
+            while (match := _BLANK_LINE.search(self._buf, start)) is not None:
+                _split_paragraph(self._buf[: match.start()], self._max_bytes, steps)
+                self._consume(match.end())
+                start = 0
+        if not old_len and text[0].isspace():  # leading whitespace starts no step
             self._consume(0)
-        while self._rstripped_bytes() > self._max_bytes:
-            cut = _cut_point(self._buf, self._max_bytes)
-            steps.append(self._buf[:cut].rstrip())
-            self._consume(cut)
-        if self._base == old_base and self._last_end >= 0:
-            # Nothing consumed: only text near the old end can form a new sentence end.
-            start = old_len
-            while start > 0 and self._buf[start - 1] in _CLOSERS:
-                start -= 1
-            found = _last_sentence_end(self._buf, len(self._buf), max(0, start - 1))
-            self._last_end = max(self._last_end, found)
+        if self._bytes > self._max_bytes:
+            while self._rstripped_bytes() > self._max_bytes:
+                cut = _cut_point(self._buf, self._max_bytes)
+                steps.append(self._buf[:cut].rstrip())
+                self._consume(cut)
+        if self._base != old_base or self._last_end:
+            # Consumed (recomputed when needed), or a sentence end is known already:
+            # ``due`` only asks whether there is one.
+            return steps
+        # Nothing consumed: only punctuation in this push, or a closer or whitespace
+        # right after older punctuation, can make a new sentence end.
+        if ascii_text:
+            maybe = "." in text or "?" in text or "!" in text
+        else:
+            maybe = _MAYBE_END.search(text) is not None
+        if not maybe and not (
+            old_len
+            and old_buf[-1] in _ENDS_AND_CLOSERS
+            and (text[0].isspace() or text[0] in _CLOSERS)
+        ):
+            return steps
+        start = old_len
+        buf = self._buf
+        while start > 0 and buf[start - 1] in _CLOSERS:
+            start -= 1
+        found = _last_sentence_end(buf, len(buf), max(0, start - 1))
+        self._last_end = found
         return steps
 
     def close(self) -> list[str]:

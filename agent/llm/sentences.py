@@ -25,6 +25,7 @@ __all__ = ["SentenceStream", "sentence_ends"]
 _CLOSERS: Final = "\"'\u201d\u2019)]"
 _OPENERS: Final = "\"'\u201c\u2018("
 _END: Final = re.compile(r"[.!?\u2026]+[" + re.escape(_CLOSERS) + r"]*(?=\s+\S)")
+_END_PUNCTUATION: Final = re.compile("[.!?\u2026]")
 _WORD_BEFORE: Final = re.compile(r"(\S+)$")
 _ABBREVIATIONS: Final = frozenset(
     [
@@ -82,19 +83,34 @@ def sentence_ends(text: str) -> list[int]:
 class SentenceStream:
     """Push answer text, get whole sentences back; ``flush`` returns the rest."""
 
-    __slots__ = ("_buf", "_max_bytes", "_min_chars")
+    __slots__ = ("_buf", "_max_bytes", "_min_chars", "_punctuated")
 
     def __init__(self, *, min_chars: int = 20, max_bytes: int = TEXT_BUDGET_BYTES) -> None:
         """``min_chars``: shorter sentences wait for the next; ``max_bytes``: size cap."""
         self._buf = ""
         self._min_chars = min_chars
         self._max_bytes = max_bytes
+        self._punctuated = False
+        """The held text has sentence-ending punctuation (else it holds no boundary)."""
 
     def push(self, text: str) -> list[str]:
         """Add answer text; return the sentences it completes (maybe none)."""
         self._buf += text
-        if not self._buf.strip():
-            return []
+        if not self._punctuated:
+            self._punctuated = _has_end_punctuation(text)
+        if not self._punctuated or self._buf.isspace():
+            out: list[str] = []
+        else:
+            out = self._release()
+        if len(self._buf) > self._max_bytes // 2 and len(self._buf.encode()) > 2 * self._max_bytes:
+            # One endless sentence: release all but the last packet's worth.
+            pieces = split_text(self._buf, self._max_bytes)
+            out.extend(_pieces("".join(pieces[:-1]), self._max_bytes))
+            self._buf = pieces[-1]
+            self._punctuated = _has_end_punctuation(self._buf)
+        return out
+
+    def _release(self) -> list[str]:
         out: list[str] = []
         start = 0
         # Text after the last boundary is still open: it may grow or merge with what
@@ -106,17 +122,19 @@ class SentenceStream:
                 start = end
         if start:
             self._buf = self._buf[start:].lstrip()
-        if len(self._buf.encode()) > 2 * self._max_bytes:
-            # One endless sentence: release all but the last packet's worth.
-            pieces = split_text(self._buf, self._max_bytes)
-            out.extend(_pieces("".join(pieces[:-1]), self._max_bytes))
-            self._buf = pieces[-1]
+            self._punctuated = _has_end_punctuation(self._buf)
         return out
 
     def flush(self) -> list[str]:
         """End of the answer: the remaining text as the last sentence(s)."""
         rest, self._buf = self._buf, ""
         return _pieces(rest, self._max_bytes)
+
+
+def _has_end_punctuation(text: str) -> bool:
+    if text.isascii():
+        return "." in text or "!" in text or "?" in text
+    return _END_PUNCTUATION.search(text) is not None
 
 
 def _pieces(text: str, max_bytes: int) -> list[str]:

@@ -17,12 +17,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import openai
 
-__all__ = ["SSEDecoder", "stream_deltas", "stream_response_deltas"]
+__all__ = [
+    "ChatDecoder",
+    "PayloadDecoder",
+    "ResponsesReader",
+    "SSEDecoder",
+    "StreamError",
+    "chat_delta",
+    "stream_deltas",
+    "stream_response_deltas",
+]
 
 _json = msgspec.json.Decoder()
 
@@ -37,6 +46,11 @@ class SSEDecoder:
         self._buffer = b""
         self._data: list[str] = []
         self._event = ""
+
+    @property
+    def idle(self) -> bool:
+        """Between events: nothing buffered, no event half read."""
+        return not self._buffer and not self._data and not self._event
 
     def feed(self, chunk: bytes) -> Iterator[tuple[str, str]]:
         """Decode ``chunk`` (any split of the body); yield each event it completes."""
@@ -78,14 +92,162 @@ class SSEDecoder:
         return None  # id / retry / unknown fields: nothing to do for completions
 
 
-async def _payloads(
-    response: Any, request: Any
-) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
-    """The streamed body's events as ``(event name, JSON object)``, until ``[DONE]``/EOF.
+class StreamError(Exception):
+    """A streamed body carried an error object, or a chunk that is not a JSON object."""
+
+    def __init__(self, message: str, body: object) -> None:
+        """``message`` for people, ``body`` as received."""
+        super().__init__(message)
+        self.body = body
+
+
+class _Choice(msgspec.Struct):
+    delta: dict[str, Any] | None = None
+
+
+class _ChatChunk(msgspec.Struct):
+    """The parts of a chat-completion chunk the worker reads (the rest is skipped)."""
+
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+    type: Any = None
+
+
+_chat = msgspec.json.Decoder(_ChatChunk)
+
+
+class PayloadDecoder:
+    """SSE bytes in, ``(event name, JSON object)`` out; ``done`` once ``[DONE]`` arrived."""
+
+    __slots__ = ("_sse", "done", "error")
+
+    def __init__(self) -> None:
+        """An empty decoder."""
+        self._sse = SSEDecoder()
+        self.done = False
+        self.error: StreamError | None = None
+        """The error event that ended the stream (after the events before it)."""
+
+    def feed(self, chunk: bytes) -> list[tuple[str, dict[str, Any]]]:
+        """The events ``chunk`` completes, up to an error event (then :attr:`error`)."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        try:
+            for event, data in self._sse.feed(chunk):
+                if data.startswith("[DONE]"):
+                    self.done = True
+                    break
+                out.append((event, _payload(event, data)))
+        except StreamError as exc:
+            self.error, self.done = exc, True
+        return out
+
+
+class ChatDecoder:
+    """SSE bytes of a streamed chat completion in, first-choice deltas out.
+
+    The common chunk (one whole ``data: {...}`` event, as providers send one per token)
+    is decoded straight from its bytes into only the fields the worker reads; any other
+    framing goes through :class:`SSEDecoder`. ``usage`` objects go to ``on_usage``.
+    """
+
+    __slots__ = ("_on_usage", "_plain", "_sse", "done", "error")
+
+    def __init__(self, on_usage: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """An empty decoder."""
+        self._sse = SSEDecoder()
+        self._plain = True
+        """Between events (the SSE decoder holds nothing): the fast path may run."""
+        self._on_usage = on_usage
+        self.done = False
+        self.error: StreamError | None = None
+        """The error event that ended the stream (after the deltas before it)."""
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        """The deltas ``chunk`` completes, up to an error event (then :attr:`error`)."""
+        if self._plain and chunk[-2:] == b"\n\n" and chunk[:7] == b"data: {":
+            # One whole event (or JSON that is not one object: then the general path
+            # frames and reports it).
+            try:
+                parsed = _chat.decode(chunk[6:-2])
+            except msgspec.MsgspecError:
+                pass
+            else:
+                if parsed.error is None and parsed.type is None:
+                    if parsed.usage is not None and self._on_usage is not None:
+                        self._on_usage(parsed.usage)
+                    choices = parsed.choices
+                    if choices and (delta := choices[0].delta) is not None:
+                        return [delta]
+                    return []
+        out: list[dict[str, Any]] = []
+        try:
+            for event, data in self._sse.feed(chunk):
+                out += self._data(event, data)
+                if self.done:
+                    break
+        except StreamError as exc:
+            self.error, self.done = exc, True
+        self._plain = self._sse.idle
+        return out
+
+    def _data(self, event: str, data: str | bytes) -> list[dict[str, Any]]:
+        if data[:6] in (b"[DONE]", "[DONE]"):
+            self.done = True
+            return []
+        try:
+            chunk = _chat.decode(data)
+        except msgspec.ValidationError:  # valid JSON of another shape: read it as a dict
+            return _delta_list(_payload(event, data))
+        except msgspec.DecodeError as exc:
+            raise StreamError(f"malformed stream chunk: {exc}", data) from None
+        if chunk.error or event == "error" or chunk.type == "error":
+            _payload(event, data)  # raises the StreamError with the provider's message
+        if chunk.usage is not None and self._on_usage is not None:
+            self._on_usage(chunk.usage)
+        choices = chunk.choices
+        if choices:
+            delta = choices[0].delta
+            if delta is not None:
+                return [delta]
+        return []
+
+
+def _payload(event: str, data: str | bytes) -> dict[str, Any]:
+    """One event's JSON object; :class:`StreamError` if it is not one or reports an error."""
+    try:
+        payload = _json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise StreamError(f"malformed stream chunk: {exc}", data) from None
+    if type(payload) is not dict:
+        raise StreamError("stream chunk is not an object", payload)
+    error = payload.get("error")
+    if error or event == "error" or payload.get("type") == "error":
+        if not isinstance(error, dict):
+            error = payload
+        message = error.get("message")
+        raise StreamError(
+            message if isinstance(message, str) and message else "stream error", error
+        )
+    return payload
+
+
+def _delta_list(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    delta = chat_delta(payload)
+    return [delta] if delta is not None else []
+
+
+T = TypeVar("T")
+
+
+async def _body(
+    response: Any, decoder: PayloadDecoder | ChatDecoder, feed: Callable[[bytes], list[T]]
+) -> AsyncGenerator[T, None]:
+    """What ``feed`` makes of the streamed body, until ``[DONE]`` or its end.
 
     Errors are the SDK's (see the module docstring).
     """
-    decoder = SSEDecoder()
+    request = response.http_request
     body = response.iter_bytes()
     while True:
         try:
@@ -96,30 +258,24 @@ async def _payloads(
             raise
         except Exception as exc:  # the HTTP library's read / timeout errors
             raise openai.APIConnectionError(message=str(exc), request=request) from exc
-        for event, data in decoder.feed(chunk):
-            if data.startswith("[DONE]"):
-                async for _ in body:  # the rest (normally nothing): keeps the connection
-                    pass
-                return
-            try:
-                payload = _json.decode(data)
-            except msgspec.DecodeError as exc:
-                raise openai.APIError(
-                    f"malformed stream chunk: {exc}", request=request, body=data
-                ) from None
-            if not isinstance(payload, dict):
-                raise openai.APIError("stream chunk is not an object", request, body=payload)
-            error = payload.get("error")
-            if error or event == "error" or payload.get("type") == "error":
-                if not isinstance(error, dict):
-                    error = payload
-                message = error.get("message")
-                raise openai.APIError(
-                    message if isinstance(message, str) and message else "stream error",
-                    request,
-                    body=error,
-                )
-            yield event, payload
+        for item in feed(chunk):
+            yield item
+        if decoder.error is not None:
+            raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
+        if decoder.done:
+            async for _ in body:  # the rest (normally nothing): keeps the connection
+                pass
+            return
+
+
+def chat_delta(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The first choice's delta of a chat-completion chunk, if it has one."""
+    choices = payload.get("choices")
+    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+        delta = choices[0].get("delta")
+        if isinstance(delta, dict):
+            return delta
+    return None
 
 
 async def stream_deltas(
@@ -133,19 +289,94 @@ async def stream_deltas(
     Chunks without choices (usage-only chunks) yield nothing; a chunk's ``usage`` object,
     when there is one, is handed to ``on_usage``.
     """
+    decoder = ChatDecoder(on_usage)
     async with (
         llm.chat.completions.with_streaming_response.create(stream=True, **params) as response,
-        contextlib.aclosing(_payloads(response, response.http_request)) as events,
+        contextlib.aclosing(_body(response, decoder, decoder.feed)) as deltas,
     ):
-        async for _, payload in events:
-            usage = payload.get("usage")
-            if on_usage is not None and isinstance(usage, dict):
-                on_usage(usage)
-            choices = payload.get("choices")
-            if choices and isinstance(choices, list) and isinstance(choices[0], dict):
-                delta = choices[0].get("delta")
-                if isinstance(delta, dict):
-                    yield delta
+        async for delta in deltas:
+            yield delta
+
+
+class ResponsesReader:
+    """Responses API stream events in, the chat-shaped deltas the turn reads out.
+
+    ``reasoning`` (raw reasoning text), ``reasoning_summary`` (the provider's summary),
+    ``content`` (answer text), ``tool_calls`` (function calls: call id, name, argument
+    pieces) and ``reasoning_item`` (a finished reasoning output item, with its
+    ``encrypted_content``, for pass-back). A new reasoning item or summary part starts
+    with a paragraph break. Usage (``input_tokens``/``output_tokens``) goes to
+    ``on_usage`` in chat-completions names; ``response.failed``/``.incomplete`` raise
+    :class:`StreamError`.
+    """
+
+    __slots__ = ("_on_usage", "_raw", "_summary")
+
+    def __init__(self, on_usage: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """A reader for one response."""
+        self._on_usage = on_usage
+        self._raw = False
+        self._summary = False
+
+    def read(self, event: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        """The deltas of one event (most events have none)."""
+        kind = payload.get("type") or event
+        if kind == "response.reasoning_text.delta":
+            self._raw = True
+            return [{"reasoning": payload.get("delta") or ""}]
+        if kind == "response.reasoning_summary_text.delta":
+            self._summary = True
+            return [{"reasoning_summary": payload.get("delta") or ""}]
+        if kind == "response.output_text.delta":
+            return [{"content": payload.get("delta") or ""}]
+        if kind == "response.function_call_arguments.delta":
+            call = {
+                "index": payload.get("output_index"),
+                "function": {"arguments": payload.get("delta") or ""},
+            }
+            return [{"tool_calls": [call]}]
+        if kind == "response.reasoning_summary_part.added":
+            return [{"reasoning_summary": "\n\n"}] if payload.get("summary_index") else []
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            return self._item(payload, done=kind.endswith(".done"))
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            body = payload.get("response")
+            body = body if isinstance(body, dict) else {}
+            usage = body.get("usage")
+            if self._on_usage is not None and isinstance(usage, dict):
+                self._on_usage(_chat_usage(usage))
+            if kind != "response.completed":
+                reason = body.get("error") or body.get("incomplete_details") or {}
+                message = reason.get("message") or reason.get("reason") or kind
+                raise StreamError(str(message), body)
+        return []
+
+    def _item(self, payload: dict[str, Any], *, done: bool) -> list[dict[str, Any]]:
+        item = payload.get("item")
+        if not isinstance(item, dict):
+            return []
+        kind = item.get("type")
+        if kind == "reasoning":
+            if done:
+                return [{"reasoning_item": item}]
+            # A new reasoning item: a new paragraph of each kind seen so far.
+            return [
+                {
+                    "reasoning": "\n\n" if self._raw else None,
+                    "reasoning_summary": "\n\n" if self._summary else None,
+                }
+            ]
+        if kind == "function_call" and not done:
+            call = {
+                "index": payload.get("output_index"),
+                "id": item.get("call_id") or "",
+                "function": {
+                    "name": item.get("name") or "",
+                    "arguments": item.get("arguments") or "",
+                },
+            }
+            return [{"tool_calls": [call]}]
+        return []
 
 
 async def stream_response_deltas(
@@ -154,79 +385,21 @@ async def stream_response_deltas(
     on_usage: Callable[[dict[str, Any]], None] | None = None,
     **params: Any,
 ) -> AsyncGenerator[dict[str, Any], None]:
-    """``responses.create(stream=True, **params)`` as chat-shaped deltas.
-
-    The Responses API's events become the deltas the extractor and the turn read:
-    ``reasoning`` (raw reasoning text), ``reasoning_summary`` (the provider's summary),
-    ``content`` (answer text), ``tool_calls`` (function calls: call id, name, argument
-    pieces), and ``reasoning_item`` (a finished reasoning output item, with its
-    ``encrypted_content``, for pass-back). A new reasoning item or summary part starts
-    with a paragraph break. Usage (``input_tokens``/``output_tokens``) is handed to
-    ``on_usage`` in chat-completions names. ``response.failed``/``incomplete`` raise
-    ``openai.APIError``.
-    """
-    async with llm.responses.with_streaming_response.create(stream=True, **params) as response:
-        request = response.http_request
-        raw = summary = False
-        async with contextlib.aclosing(_payloads(response, request)) as events:
-            async for event, payload in events:
-                kind = payload.get("type") or event
-                if kind == "response.reasoning_text.delta":
-                    raw = True
-                    yield {"reasoning": payload.get("delta") or ""}
-                elif kind == "response.reasoning_summary_text.delta":
-                    summary = True
-                    yield {"reasoning_summary": payload.get("delta") or ""}
-                elif kind == "response.output_text.delta":
-                    yield {"content": payload.get("delta") or ""}
-                elif kind == "response.function_call_arguments.delta":
-                    yield {
-                        "tool_calls": [
-                            {
-                                "index": payload.get("output_index"),
-                                "function": {"arguments": payload.get("delta") or ""},
-                            }
-                        ]
-                    }
-                elif kind == "response.reasoning_summary_part.added":
-                    if payload.get("summary_index"):
-                        yield {"reasoning_summary": "\n\n"}
-                elif kind in ("response.output_item.added", "response.output_item.done"):
-                    item = payload.get("item")
-                    if not isinstance(item, dict):
-                        continue
-                    done = kind.endswith(".done")
-                    if item.get("type") == "reasoning":
-                        if done:
-                            yield {"reasoning_item": item}
-                        else:  # a new reasoning item: a new paragraph of each kind seen
-                            yield {
-                                "reasoning": "\n\n" if raw else None,
-                                "reasoning_summary": "\n\n" if summary else None,
-                            }
-                    elif item.get("type") == "function_call" and not done:
-                        yield {
-                            "tool_calls": [
-                                {
-                                    "index": payload.get("output_index"),
-                                    "id": item.get("call_id") or "",
-                                    "function": {
-                                        "name": item.get("name") or "",
-                                        "arguments": item.get("arguments") or "",
-                                    },
-                                }
-                            ]
-                        }
-                elif kind in ("response.completed", "response.incomplete", "response.failed"):
-                    body = payload.get("response")
-                    body = body if isinstance(body, dict) else {}
-                    usage = body.get("usage")
-                    if on_usage is not None and isinstance(usage, dict):
-                        on_usage(_chat_usage(usage))
-                    if kind != "response.completed":
-                        reason = body.get("error") or body.get("incomplete_details") or {}
-                        message = reason.get("message") or reason.get("reason") or kind
-                        raise openai.APIError(str(message), request, body=body)
+    """``responses.create(stream=True, **params)`` as chat-shaped deltas
+    (:class:`ResponsesReader`)."""
+    decoder = PayloadDecoder()
+    reader = ResponsesReader(on_usage)
+    async with (
+        llm.responses.with_streaming_response.create(stream=True, **params) as response,
+        contextlib.aclosing(_body(response, decoder, decoder.feed)) as events,
+    ):
+        async for event, payload in events:
+            try:
+                deltas = reader.read(event, payload)
+            except StreamError as exc:
+                raise openai.APIError(str(exc), response.http_request, body=exc.body) from None
+            for delta in deltas:
+                yield delta
 
 
 def _chat_usage(usage: dict[str, Any]) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorTy
 from agent.engine.conversation import Conversation
 from agent.engine.sink import NullSink, StepSink
 from agent.engine.tools import default_tools
+from agent.engine.turn import TurnOptions
+from agent.llm.providers import resolve
 from agent.settings import Settings, load
 
 from .ffi_routing import stop_capturing_native_logs
@@ -93,6 +95,17 @@ def build_server(settings: Settings) -> AgentServer:
     if threshold is not None:
         server.update_options(load_threshold=threshold)
     server.rtc_session(entrypoint, agent_name=settings.agent_name)
+    profile, how = resolve(settings.llm_provider, settings.llm_base_url, settings.llm_model)
+    logger.info(
+        "llm provider profile",
+        extra={
+            "provider": profile.name,
+            "chosen_by": how,
+            "api": settings.llm_api,
+            "passback": TurnOptions.from_settings(settings).passback[0],
+            "effort": settings.reasoning_effort or "provider default",
+        },
+    )
     return server
 
 

@@ -124,6 +124,7 @@ class Dialect:
                 or rows.tool_results
                 or rows.stops
                 or rows.incomplete
+                or rows.figures
             )
             and all(v[2] is None for v in rows.convs.values())
         )
@@ -191,6 +192,8 @@ class Dialect:
                 ),
                 rows.incomplete,
             )
+        if rows.figures:
+            await self._figures(conn, list(rows.figures.values()))
         if rows.steps:
             if supersede:
                 await self._steps_superseding(conn, rows.steps)
@@ -214,6 +217,34 @@ class Dialect:
                 list(rows.tool_results.values()),
             )
         await self._conversation_marks(conn, rows)
+
+    async def _figures(self, conn: AsyncConnection, figures: list[dict[str, Any]]) -> None:
+        # After the upsert, which leaves a stored (non-placeholder) answer alone: the
+        # figures come with its last envelope, after StartAnswer created the row. A
+        # figure missing from this envelope keeps what is stored.
+        m = MESSAGES
+        await conn.execute(
+            update(m)
+            .where(m.c.id == bindparam("b_id"))
+            .values(
+                prompt_tokens=func.coalesce(
+                    bindparam("b_prompt", type_=m.c.prompt_tokens.type), m.c.prompt_tokens
+                ),
+                completion_tokens=func.coalesce(
+                    bindparam("b_completion", type_=m.c.completion_tokens.type),
+                    m.c.completion_tokens,
+                ),
+                reasoning_tokens=func.coalesce(
+                    bindparam("b_reasoning", type_=m.c.reasoning_tokens.type),
+                    m.c.reasoning_tokens,
+                ),
+                first_reasoning_ms=func.coalesce(
+                    bindparam("b_first_reasoning_ms", type_=m.c.first_reasoning_ms.type),
+                    m.c.first_reasoning_ms,
+                ),
+            ),
+            figures,
+        )
 
     async def _sentences(self, conn: AsyncConnection, rows: Rows) -> None:
         s = SENTENCES

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
+from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
 from protocol import (
     AssistantMessage,
     AssistantSentence,
@@ -96,6 +97,54 @@ def _model_of(env: Envelope[Any]) -> str | None:
     return _text(model) if isinstance(model, str) and model else None
 
 
+_INT_MAX: Final = 2**31 - 1
+"""Largest value of an ``INTEGER`` column (PostgreSQL ``int4``)."""
+_USAGE_KEYS: Final = (
+    ("promptTokens", "b_prompt"),
+    ("completionTokens", "b_completion"),
+    ("reasoningTokens", "b_reasoning"),
+)
+
+
+def _count(value: Any) -> int | None:
+    """A token count as stored: an int in ``[0, 2**31 - 1]``, else None."""
+    if type(value) is int and 0 <= value <= _INT_MAX:
+        return value
+    return None
+
+
+def _millis(value: Any) -> float | None:
+    """A duration as stored: a finite number >= 0, else None."""
+    if type(value) not in (int, float):  # not bool, not a numeric string
+        return None
+    try:
+        ms = float(value)
+    except OverflowError:  # an int beyond float range
+        return None
+    return ms if math.isfinite(ms) and ms >= 0 else None
+
+
+def _figures(mid: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The answer's token usage and time to first reasoning from the storage-only meta
+    keys of :mod:`agent.engine.sink`, as UPDATE parameters; None if there is none.
+
+    Each figure is checked on its own: a malformed one is left out (NULL, or the value
+    already stored), never raised about, so the record itself is always stored.
+    """
+    if not isinstance(meta, dict) or not meta:
+        return None
+    usage = meta.get(META_USAGE)
+    if not isinstance(usage, dict):
+        usage = {}
+    params: dict[str, Any] = {"b_id": mid}
+    for key, param in _USAGE_KEYS:
+        params[param] = _count(usage.get(key))
+    params["b_first_reasoning_ms"] = _millis(meta.get(META_FIRST_REASONING_MS))
+    if all(v is None for k, v in params.items() if k != "b_id"):
+        return None
+    return params
+
+
 def _tool_status(result: ToolUseResult) -> str:
     if result.success:
         return "success"
@@ -118,6 +167,9 @@ class Rows:
     stops: list[dict[str, Any]] = field(default_factory=list)
     incomplete: list[dict[str, Any]] = field(default_factory=list)
     """AssistantMessages with ``state: partial``: the answer is marked failed."""
+    figures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """answer id -> its token usage / time to first reasoning (UPDATE parameters), from
+    the meta of its AssistantMessage or (streamed) AssistantSentence; the first wins."""
     final_seen: set[str] = field(default_factory=set)
 
     def conv(self, cid: str) -> list[Any]:
@@ -125,6 +177,12 @@ class Rows:
         if c is None:
             c = self.convs[cid] = [None, None, None]
         return c
+
+    def figure(self, mid: str, meta: dict[str, Any] | None) -> None:
+        if mid not in self.figures:
+            params = _figures(mid, meta)
+            if params is not None:
+                self.figures[mid] = params
 
     def holder(self, mid: str, cid: str, role: str, at: dt.datetime) -> None:
         if mid not in self.holders:
@@ -251,12 +309,14 @@ def build_rows(items: Iterable[Item]) -> Rows:
             )
             if body.state == "partial":
                 rows.incomplete.append({"b_id": body.id, "b_at": at})
+            rows.figure(body.id, env.meta)
         elif kind is AssistantSentence:
             cid = body.conversation_id or cid_env
             rows.holder(body.previous_id, cid, "assistant", at)
             key = (body.previous_id, body.sequence)
             if body.is_final:
                 rows.final_seen.add(body.previous_id)
+            rows.figure(body.previous_id, env.meta)
             if key not in rows.sentences:
                 rows.sentences[key] = {
                     "message_id": body.previous_id,

@@ -1,14 +1,17 @@
 """``python -m agent.storage.stats`` / ``alicia-stats``: the analytics views as tables or JSON.
 
-Reads the views created by migration ``0002`` (see ``migrations/versions``)::
+Reads the views created by migrations ``0002`` and ``0004`` (see ``migrations/versions``)::
 
     alicia-stats                              # DATABASE_URL from the environment
     alicia-stats --database-url sqlite+aiosqlite:///alicia.db --json
     alicia-stats daily tools --days 7
 
-Reports: ``daily`` (per model and UTC day), ``answers`` (latest answers: steps,
-reasoning characters, latency), ``turns`` (latest turns with tool calls and their failure
-rate), ``tools`` (per tool name). Exit status 0, or 2 when the database cannot be read.
+Reports: ``daily`` (per model and UTC day), ``reasoning`` (per model: reasoning tokens,
+total and mean per answer, and time to first reasoning, p50 and mean), ``answers`` (latest
+answers: steps, reasoning characters and tokens, latency), ``turns`` (latest turns with
+tool calls and their failure rate), ``tools`` (per tool name). Token means count only the
+answers whose provider reported usage. Exit status 0, or 2 when the database cannot be
+read.
 """
 
 from __future__ import annotations
@@ -48,14 +51,43 @@ REPORTS: Final[dict[str, Report]] = {
         "Per model and day (UTC)",
         "SELECT day, model, answers, steps, avg_steps, reasoning_chars, avg_reasoning_chars, "
         "avg_ms_to_first_step, max_ms_to_first_step, avg_ms_to_answer, max_ms_to_answer, "
-        "tool_calls, tool_failures, tool_failure_rate FROM alicia_model_daily "
+        "tool_calls, tool_failures, tool_failure_rate, reasoning_tokens, avg_reasoning_tokens, "
+        "avg_first_reasoning_ms FROM alicia_model_daily "
         "{where} ORDER BY day DESC, model LIMIT :limit",
         dated="day",
+    ),
+    "reasoning": Report(
+        "Reasoning tokens and time to first reasoning per model",
+        # The median without percentile_cont (SQLite has none): the middle value, or the
+        # mean of the two middle ones, of each model's ordered non-NULL times.
+        "SELECT t.model, t.answers, t.answers_with_usage, t.prompt_tokens, "
+        "t.completion_tokens, t.reasoning_tokens, t.avg_reasoning_tokens, "
+        "p.p50_first_reasoning_ms, t.avg_first_reasoning_ms FROM ("
+        "SELECT COALESCE(model, 'unknown') AS model, count(*) AS answers, "
+        "count(reasoning_tokens) AS answers_with_usage, sum(prompt_tokens) AS prompt_tokens, "
+        "sum(completion_tokens) AS completion_tokens, sum(reasoning_tokens) AS reasoning_tokens, "
+        "CAST(avg(reasoning_tokens) AS DOUBLE PRECISION) AS avg_reasoning_tokens, "
+        "CAST(avg(first_reasoning_ms) AS DOUBLE PRECISION) AS avg_first_reasoning_ms "
+        "FROM alicia_answer_reasoning {where} GROUP BY COALESCE(model, 'unknown')"
+        ") t LEFT JOIN ("
+        "SELECT model, CAST(avg(first_reasoning_ms) AS DOUBLE PRECISION) "
+        "AS p50_first_reasoning_ms FROM ("
+        "SELECT COALESCE(model, 'unknown') AS model, first_reasoning_ms, "
+        "row_number() OVER (PARTITION BY COALESCE(model, 'unknown') "
+        "ORDER BY first_reasoning_ms) AS n, "
+        "count(*) OVER (PARTITION BY COALESCE(model, 'unknown')) AS total "
+        "FROM (SELECT model, first_reasoning_ms FROM alicia_answer_reasoning {where}) x "
+        "WHERE first_reasoning_ms IS NOT NULL"
+        ") ranked WHERE n IN ((total + 1) / 2, (total + 2) / 2) GROUP BY model"
+        ") p ON p.model = t.model "
+        "ORDER BY t.answers DESC, t.model LIMIT :limit",
+        dated="answered_at",
     ),
     "answers": Report(
         "Reasoning per answer (latest first)",
         "SELECT ar.answer_id, ar.model, ar.completion_status, ar.steps, ar.reasoning_chars, "
-        "ar.answer_chars, tl.ms_to_first_step, tl.ms_to_answer, ar.answered_at "
+        "ar.answer_chars, ar.reasoning_tokens, ar.first_reasoning_ms, tl.ms_to_first_step, "
+        "tl.ms_to_answer, ar.answered_at "
         "FROM alicia_answer_reasoning ar "
         "LEFT JOIN alicia_turn_latency tl ON tl.user_message_id = ar.user_message_id "
         "{where} ORDER BY ar.answered_at DESC LIMIT :limit",

@@ -21,6 +21,10 @@ Columns beyond §5, for analytics and for a writer that must never lose a step:
   before the message itself was stored (steps of a turn whose user message arrives in
   a later batch); the real message fills it in;
 * ``alicia_messages.completed_at`` — final sentence / AssistantMessage time;
+* ``alicia_messages.prompt_tokens``, ``completion_tokens``, ``reasoning_tokens`` — an
+  answer's provider-reported token usage, summed over the turn's LLM rounds, and
+  ``first_reasoning_ms`` — ms from the turn's first LLM request to its first reasoning
+  text (storage-only envelope meta, :mod:`agent.engine.sink`); NULL when not reported;
 * ``alicia_sentences`` — AssistantSentence chunks (idempotent by ``(message_id,
   sentence_sequence_number)``); the answer's ``contents`` is their join;
 * ``alicia_tool_uses.conversation_id``, ``execution``, ``error_code``.
@@ -36,6 +40,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Double,
     Enum,
     ForeignKey,
     Index,
@@ -205,6 +210,14 @@ class Message(_Timestamps, Base):
     synced_at: Mapped[dt.datetime | None]
     sent_at: Mapped[dt.datetime] = mapped_column(server_default=_now())
     completed_at: Mapped[dt.datetime | None]
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Answers: provider-reported prompt tokens of the turn (all LLM rounds)."""
+    completion_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Answers: completion tokens of the turn, reasoning tokens included."""
+    reasoning_tokens: Mapped[int | None] = mapped_column(Integer)
+    """Answers: reasoning tokens of the turn (part of ``completion_tokens``)."""
+    first_reasoning_ms: Mapped[float | None] = mapped_column(Double)
+    """Answers: ms from the turn's first LLM request to its first reasoning text."""
 
     __table_args__ = (
         Index("ix_alicia_messages_conversation_sequence", "conversation_id", "sequence_number"),
