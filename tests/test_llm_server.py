@@ -730,7 +730,7 @@ async def test_gemini_needs_the_thought_signature_on_each_tool_call(
     missing = (
         "Function call is missing a thought_signature in functionCall parts. This is required "
         "for tools to work correctly, and missing thought_signature may lead to degraded model "
-        "performance. Additional data, function call `default_api:get_opening_hours` , "
+        "performance. Additional data, function call `default_api:calculator` , "
         "position 2. Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures "
         "for more details."
     )

@@ -143,14 +143,15 @@ class _ToolCall:
     extra: dict[str, Any] | None = None
     """Provider data that must come back with the call (Gemini's thought signature)."""
 
-    def message(self) -> dict[str, Any]:
-        """The call as an assistant message's ``tool_calls`` item."""
+    def message(self, *, extra: bool) -> dict[str, Any]:
+        """The call as an assistant message's ``tool_calls`` item (``extra``: with the
+        provider data the profile's pass-back rule returns)."""
         item: dict[str, Any] = {
             "id": self.id,
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         }
-        if self.extra is not None:
+        if extra and self.extra is not None:
             item["extra_content"] = self.extra
         return item
 
@@ -343,7 +344,11 @@ class Turn:
             {**m, PASSBACK_KEY: self._keeper.open(m[PASSBACK_KEY])} if PASSBACK_KEY in m else m
             for m in messages
         ]
-        extra = options.provider.effort_params(options.effort, options.api)
+        # Provider-specific fields go in the body as they are (the SDK's extra_body).
+        extra: dict[str, Any] = {}
+        effort = options.provider.effort_params(options.effort, options.api)
+        if effort:
+            extra["extra_body"] = effort
         if options.api == "responses":
             instructions, items = responses_input(transcript)
             if instructions is not None:
@@ -389,7 +394,7 @@ class Turn:
             assistant: dict[str, Any] = {
                 "role": "assistant",
                 "content": "".join(self._round_text) or None,
-                "tool_calls": [c.message() for c in calls],
+                "tool_calls": [c.message(extra=form == "thought_signature") for c in calls],
             }
             if material is not None:
                 assistant[PASSBACK_KEY] = self._keeper.keep(material)

@@ -244,29 +244,29 @@ PLAIN = Scenario(
     ),
 )
 
-EXCHANGE = Scenario(
-    user="How many yen would I get for 250 euros today?",
+YEN = Scenario(
+    user="How many yen would I get for 250 euros at 162.4 yen per euro?",
     steps=[
-        "The user wants to convert 250 euros into Japanese yen at today's rate. Exchange rates "
-        "move every day, so I should not rely on a number from memory.",
-        "There is a get_exchange_rate tool. I'll ask it for the EUR to JPY rate and then do the "
-        "multiplication myself.",
+        "The user wants to convert 250 euros into Japanese yen at 162.4 yen per euro, so the "
+        "answer is 250 times 162.4.",
+        "There is a calculator tool. I'll use it for the multiplication instead of doing it in "
+        "my head, so the number is exact.",
     ],
     answer="",
     tool=ToolCall(
-        name="get_exchange_rate",
-        arguments='{"base": "EUR", "quote": "JPY"}',
-        result='{"base": "EUR", "quote": "JPY", "rate": 162.4, "date": "2026-01-01"}',
+        name="calculator",
+        arguments='{"expression": "250 * 162.4"}',
+        result='{"expression": "250 * 162.4", "value": 40600}',
     ),
     followup_steps=[
-        "The tool gives 162.4 yen per euro. 250 times 162.4 is 40,600, since 250 times 160 is "
+        "The calculator gives 40600 for 250 times 162.4. That checks out: 250 times 160 is "
         "40,000 and 250 times 2.4 is 600.",
         "Banks and exchange counters add a margin, so the user will likely get a bit less. I'll "
         "mention that briefly.",
     ],
     followup_answer=(
-        "At today's rate of about 162.4 yen per euro, 250 euros is roughly 40,600 yen. Expect a "
-        "little less in practice, because banks and exchange counters add their own margin."
+        "At 162.4 yen per euro, 250 euros is 40,600 yen. Expect a little less in practice, "
+        "because banks and exchange counters add their own margin."
     ),
 )
 
@@ -394,30 +394,33 @@ CLIMATE = Scenario(
     ),
 )
 
-TRAINS = Scenario(
-    user="When is the next train from Zurich to Geneva?",
+TRIP = Scenario(
+    user=(
+        "My train takes 2 hours 47 minutes, then I wait 35 minutes and take a bus for 1 hour "
+        "18 minutes. How long is the whole trip?"
+    ),
     steps=[
-        "The user wants the next train from Zurich to Geneva. Timetables change and I do not "
-        "know the current time, so I should look it up rather than guess.",
-        "I'll call get_train_times with Zurich main station as the origin and Geneva as the "
-        "destination, and take the first departure it returns.",
+        "The trip has three legs: a train of 2 hours 47 minutes, a 35 minute wait, and a bus "
+        "ride of 1 hour 18 minutes. Mixing hours and minutes by hand is easy to get wrong, so "
+        "I'll work in minutes.",
+        "I'll call the calculator with each leg converted to minutes and summed, then turn the "
+        "total back into hours and minutes.",
     ],
     answer="",
     tool=ToolCall(
-        name="get_train_times",
-        arguments='{"from": "Zurich HB", "to": "Geneva"}',
-        result='{"departures": [{"time": "14:02", "arrival": "16:46", "platform": "32"}, '
-        '{"time": "14:32", "arrival": "17:16", "platform": "31"}]}',
+        name="calculator",
+        arguments='{"expression": "(2 * 60 + 47) + 35 + (1 * 60 + 18)"}',
+        result='{"expression": "(2 * 60 + 47) + 35 + (1 * 60 + 18)", "value": 280}',
     ),
     followup_steps=[
-        "The next departure is at 14:02 from platform 32, arriving in Geneva at 16:46. The one "
-        "after leaves at 14:32.",
-        "I'll give the first train with its platform and arrival time, and mention the later "
-        "one as a backup.",
+        "The calculator says 280 minutes in total. Four hours are 240 minutes, so that is 4 "
+        "hours and 40 minutes.",
+        "I'll give the total in hours and minutes and show the three legs, so the user sees the "
+        "wait is included.",
     ],
     followup_answer=(
-        "The next train leaves Zurich at 14:02 from platform 32 and reaches Geneva at 16:46. If "
-        "you miss it, another one leaves at 14:32."
+        "The whole trip takes 4 hours and 40 minutes: 2 hours 47 minutes on the train, 35 "
+        "minutes of waiting, and 1 hour 18 minutes on the bus."
     ),
 )
 
@@ -436,45 +439,45 @@ SLEEP = Scenario(
     ),
 )
 
-LOUVRE = Scenario(
-    user="Is the Louvre open today?",
+TIP = Scenario(
+    user="What is an 18 percent tip on a restaurant bill of 67.50 dollars?",
     steps=[],
     answer="",
     tool=ToolCall(
-        name="get_opening_hours",
-        arguments='{"place": "Louvre Museum"}',
-        result='{"place": "Louvre Museum", "open": false, "reason": "closed on Tuesdays", '
-        '"next_open": "Wednesday 09:00"}',
+        name="calculator",
+        arguments='{"expression": "67.50 * 0.18"}',
+        result='{"expression": "67.50 * 0.18", "value": 12.15}',
     ),
     followup_answer=(
-        "No, the Louvre is closed today, because it closes every Tuesday. It opens again on "
-        "Wednesday at 9 in the morning."
+        "An 18 percent tip on 67.50 dollars is 12.15 dollars, which brings the total to 79.65 "
+        "dollars."
     ),
 )
 
-CALENDAR = Scenario(
-    user="Do I have anything on my calendar tomorrow morning?",
+SPLIT = Scenario(
+    user=(
+        "Four of us rented a holiday house for 1,840 euros and spent 326 on groceries and 95 "
+        "on fuel. How much does each of us owe?"
+    ),
     steps=[
-        "I'm checking the user's calendar for tomorrow morning, since I can't know their "
-        "schedule without looking it up.",
-        "I'll call the calendar tool for January 2 and the morning period, then list what it "
-        "returns.",
+        "I'm adding up the shared costs: 1,840 euros for the house, 326 for groceries and 95 "
+        "for fuel, and splitting the total between four people.",
+        "I'll call the calculator with the sum divided by 4, so the share is exact to the cent.",
     ],
     answer="",
     tool=ToolCall(
-        name="get_calendar_events",
-        arguments='{"date": "2026-01-02", "period": "morning"}',
-        result='{"events": [{"time": "09:30", "title": "Dentist appointment"}, '
-        '{"time": "11:00", "title": "Call with Priya"}]}',
+        name="calculator",
+        arguments='{"expression": "(1840 + 326 + 95) / 4"}',
+        result='{"expression": "(1840 + 326 + 95) / 4", "value": 565.25}',
     ),
     followup_steps=[
-        "I'm reading the two events the tool returned: a dentist appointment at 9:30 and a call "
-        "with Priya at 11:00.",
-        "I'll list them in order and keep the answer short.",
+        "I'm reading the calculator's result: 565.25 euros per person. The costs add up to 2,261 "
+        "euros, and four times 565.25 gives that back.",
+        "I'll state each person's share and the total it comes from, and keep the answer short.",
     ],
     followup_answer=(
-        "Yes, you have two things tomorrow morning. There is a dentist appointment at 9:30, and "
-        "then a call with Priya at 11:00."
+        "Each of you owes 565.25 euros. The house, groceries and fuel come to 2,261 euros in "
+        "total, split four ways."
     ),
 )
 
@@ -1404,17 +1407,14 @@ def sse_responses(events: list[Json | str]) -> str:
     return "".join(out)
 
 
-CALENDAR_TOOL: Json = {
+CALCULATOR_TOOL: Json = {
     "type": "function",
-    "name": "get_calendar_events",
-    "description": "List the user's calendar events for a date and part of the day.",
+    "name": "calculator",
+    "description": "Evaluate an arithmetic expression exactly, e.g. '17 * 23 + 4' or 'sqrt(2)'.",
     "parameters": {
         "type": "object",
-        "properties": {
-            "date": {"type": "string", "description": "ISO date"},
-            "period": {"type": "string", "enum": ["morning", "afternoon", "evening", "all"]},
-        },
-        "required": ["date", "period"],
+        "properties": {"expression": {"type": "string", "description": "The expression."}},
+        "required": ["expression"],
         "additionalProperties": False,
     },
     "strict": True,
@@ -1471,7 +1471,7 @@ class OpenAIResponses:
             "temperature": 1.0,
             "text": {"format": {"type": "text"}, "verbosity": "medium"},
             "tool_choice": "auto",
-            "tools": [CALENDAR_TOOL],
+            "tools": [CALCULATOR_TOOL],
             "top_logprobs": 0,
             "top_p": 1.0,
             "truncation": "disabled",
@@ -1861,7 +1861,7 @@ STREAMS = [
     Stream(
         "deepseek_v4_tool_call",
         "DeepSeek API, deepseek-v4-flash thinking mode, tool call",
-        EXCHANGE,
+        YEN,
         deepseek_v4_tool_call,
         followup_name="deepseek_v4_tool_followup",
         profile="deepseek",
@@ -1871,7 +1871,7 @@ STREAMS = [
     Stream(
         "deepseek_v4_tool_followup",
         "DeepSeek API, deepseek-v4-flash, after the tool result",
-        EXCHANGE,
+        YEN,
         deepseek_v4_followup,
         followup=True,
         profile="deepseek",
@@ -1939,7 +1939,7 @@ STREAMS = [
     Stream(
         "openrouter_claude_tool_call",
         "OpenRouter, anthropic/claude-sonnet-4.5 with reasoning, tool call",
-        TRAINS,
+        TRIP,
         openrouter_claude_tool_call,
         followup_name="openrouter_claude_tool_followup",
         profile="openrouter",
@@ -1948,7 +1948,7 @@ STREAMS = [
     Stream(
         "openrouter_claude_tool_followup",
         "OpenRouter, anthropic/claude-sonnet-4.5, after the tool result",
-        TRAINS,
+        TRIP,
         openrouter_claude_followup,
         followup=True,
         profile="openrouter",
@@ -1965,7 +1965,7 @@ STREAMS = [
     Stream(
         "gemini_tool_call",
         "Gemini OpenAI-compatible endpoint, gemini-2.5-flash, tool call with thought signature",
-        LOUVRE,
+        TIP,
         gemini_tool_call,
         followup_name="gemini_tool_followup",
         profile="gemini",
@@ -1974,7 +1974,7 @@ STREAMS = [
     Stream(
         "gemini_tool_followup",
         "Gemini OpenAI-compatible endpoint, gemini-2.5-flash, after the tool result",
-        LOUVRE,
+        TIP,
         gemini_tool_followup,
         followup=True,
         profile="gemini",
@@ -1983,7 +1983,7 @@ STREAMS = [
     Stream(
         "responses_summary_tool_call",
         "OpenAI Responses API, gpt-5-mini, store=false: reasoning summary, function call",
-        CALENDAR,
+        SPLIT,
         responses_tool_call,
         followup_name="responses_summary_tool_followup",
         profile="openai",
@@ -1995,7 +1995,7 @@ STREAMS = [
     Stream(
         "responses_summary_tool_followup",
         "OpenAI Responses API, gpt-5-mini, after the function call output",
-        CALENDAR,
+        SPLIT,
         responses_tool_followup,
         followup=True,
         profile="openai",
