@@ -10,6 +10,7 @@ turn with tool rounds that completes too, with no request refused by the provide
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -81,38 +82,74 @@ async def llm() -> AsyncIterator[RecordedLLM]:
         yield server
 
 
-class Workers:
-    """Started on first use, one per group, all stopped at the end of the module."""
+def _env(group: Group) -> dict[str, str]:
+    return {
+        "ALICIA_AGENT_NAME": group.agent,
+        "LLM_PROVIDER": group.provider,
+        "LLM_API": group.api,
+        "ALICIA_LLM_THINKING_OPEN": "true" if group.thinking_open else "false",
+        "ALICIA_STEP_MAX_DELAY": "10",  # steps end at paragraphs, not by time
+        "ALICIA_LOAD_THRESHOLD": "inf",
+    }
 
-    def __init__(self, server: LiveKitServer, llm: RecordedLLM) -> None:
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def workers(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> AsyncIterator[dict[Group, WorkerProcess]]:
+    """One worker per group, started (and stopped) side by side."""
+    groups = sorted(set(GROUPS.values()), key=lambda g: g.agent)
+    managers = [running_worker(livekit_server, llm.base_url, env=_env(g)) for g in groups]
+    started = await asyncio.gather(*(m.__aenter__() for m in managers), return_exceptions=True)
+    try:
+        failed = [r for r in started if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
+        yield {g: w for g, w in zip(groups, started, strict=True) if isinstance(w, WorkerProcess)}
+    finally:
+        await asyncio.gather(
+            *(
+                m.__aexit__(None, None, None)
+                for m, r in zip(managers, started, strict=True)
+                if not isinstance(r, BaseException)
+            ),
+            return_exceptions=True,
+        )
+
+
+class Sessions:
+    """One room (and client session) per group, dispatched to that group's worker."""
+
+    def __init__(self, server: LiveKitServer) -> None:
         self._server = server
-        self._llm = llm
         self._stack = contextlib.AsyncExitStack()
-        self._running: dict[Group, WorkerProcess] = {}
+        self._open: dict[Group, ClientSession] = {}
 
-    async def get(self, group: Group) -> WorkerProcess:
-        if group not in self._running:
-            env = {
-                "ALICIA_AGENT_NAME": group.agent,
-                "LLM_PROVIDER": group.provider,
-                "LLM_API": group.api,
-                "ALICIA_LLM_THINKING_OPEN": "true" if group.thinking_open else "false",
-                "ALICIA_STEP_MAX_DELAY": "10",  # steps end at paragraphs, not by time
-                "ALICIA_LOAD_THRESHOLD": "inf",
-            }
-            worker = await self._stack.enter_async_context(
-                running_worker(self._server, self._llm.base_url, env=env)
+    async def get(self, group: Group) -> ClientSession:
+        if group in self._open:
+            return self._open[group]
+        server = self._server
+        room = new_id("conv")
+        async with api.LiveKitAPI("http" + server.url[2:], server.api_key, server.api_secret) as lk:
+            await lk.agent_dispatch.create_dispatch(
+                api.CreateAgentDispatchRequest(agent_name=group.agent, room=room)
             )
-            self._running[group] = worker
-        return self._running[group]
+        session = await self._stack.enter_async_context(ClientSession(agent_name=group.agent))
+        await session.connect(server.url, server.token("alice", room))
+        await session.wait_for_agent(30)
+        await session.handshake()
+        self._open[group] = session
+        return session
 
     async def aclose(self) -> None:
         await self._stack.aclose()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def workers(livekit_server: LiveKitServer, llm: RecordedLLM) -> AsyncIterator[Workers]:
-    pool = Workers(livekit_server, llm)
+async def sessions(
+    livekit_server: LiveKitServer, workers: dict[Group, WorkerProcess]
+) -> AsyncIterator[Sessions]:
+    pool = Sessions(livekit_server)
     try:
         yield pool
     finally:
@@ -151,29 +188,23 @@ SCENARIOS: list[str] = sorted(GROUPS, key=_by_worker)
 
 @pytest.mark.parametrize("name", SCENARIOS)
 async def test_shape_end_to_end(
-    livekit_server: LiveKitServer, llm: RecordedLLM, workers: Workers, name: str
+    livekit_server: LiveKitServer,
+    llm: RecordedLLM,
+    workers: dict[Group, WorkerProcess],
+    sessions: Sessions,
+    name: str,
 ) -> None:
     group = GROUPS[name]
-    worker = await workers.get(group)
+    worker = workers[group]
     spec = MANIFEST[name]
     specs = [spec] + ([MANIFEST[spec.followup]] if spec.followup else [])
-    room = new_id("conv")
     llm.reset()
-    http_url = "http" + livekit_server.url[2:]
-    async with api.LiveKitAPI(http_url, livekit_server.api_key, livekit_server.api_secret) as lk:
-        await lk.agent_dispatch.create_dispatch(
-            api.CreateAgentDispatchRequest(agent_name=group.agent, room=room)
-        )
     try:
-        async with ClientSession(agent_name=group.agent) as session:
-            await session.connect(livekit_server.url, livekit_server.token("alice", room))
-            await session.wait_for_agent(30)
-            await session.handshake()
-            turns = 2 if name in TWO_TURNS else 1
-            for _ in range(turns):
-                llm.script(name)
-                turn = await session.wait_turn(await session.ask(spec.user), timeout=60)
-                check_turn(turn, specs)
+        session = await sessions.get(group)
+        for _ in range(2 if name in TWO_TURNS else 1):
+            llm.script(name)
+            turn = await session.wait_turn(await session.ask(spec.user), timeout=60)
+            check_turn(turn, specs)
     except BaseException as exc:
         raise AssertionError(f"{exc!r}\n--- worker log ---\n{worker.log()}") from exc
     assert list(llm.rejections) == []

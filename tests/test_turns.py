@@ -221,6 +221,7 @@ async def test_sink_gets_every_sent_envelope_and_of_client_input_the_user_messag
     assert [e.meta for e in sent[:-1]] == [e.meta for e in box[:-1]]
     last = sent[-1]
     assert last.type == T.ASSISTANT_SENTENCE and last.body.is_final
+    assert last.meta is not None
     usage = last.meta[META_USAGE]
     assert usage["promptTokens"] == 23 and usage["completionTokens"] > 0
     assert last.meta[META_FIRST_REASONING_MS] >= 0

@@ -267,3 +267,25 @@ async def test_a_summarizer_past_its_timeout_falls_back_to_the_extractive_summar
     expected = {i: extractive_summary(t) for i, t in enumerate(spec.steps, start=1)}
     assert by_index == {i: expected[i] for i in by_index}
     assert len(by_index) >= len(spec.steps) - 1  # the last one races the answer
+
+
+@pytest.mark.parametrize("stream", ["openrouter_gpt5_summary"])
+async def test_the_providers_own_summaries_come_first(llm: RecordedLLM, stream: str) -> None:
+    """A provider that streams only summaries (OpenRouter ``reasoning.summary``): they
+    are the steps, and ``summary`` participants get them as they are; the summarizer
+    model is not asked."""
+    spec = llm.spec(stream)
+    assert spec.summaries and not spec.reasoning
+    llm.route_model("summarizer", "plain_no_reasoning")
+    async with room(llm, summary_model="summarizer", step_max_delay_s=30.0) as r:
+        full, brief = r.client("full", granted("full")), r.client("brief", granted("summary"))
+        for c in (full, brief):
+            c.send(Configuration(features=SHOW))
+            await c.wait_for(count(Configuration, 1))
+        llm.script(stream)
+        full.send(user_message(spec.user))
+        await full.wait_for(final_sentence, within=30)
+        await brief.wait_for(final_sentence, within=30)
+    assert [s.content for s in of(full.inbox(), ReasoningStep)] == list(spec.summaries)
+    assert [s.content for s in of(brief.inbox(), ReasoningStep)] == list(spec.summaries)
+    assert [r for r in llm.requests if r["model"] == "summarizer"] == []
