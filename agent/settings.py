@@ -18,7 +18,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 from agent.llm.providers import PROFILES
 
@@ -247,28 +247,31 @@ def _provider(value: str | None) -> str | None:
     return name
 
 
+_APIS: Final[dict[str, Literal["chat", "responses"]]] = {"chat": "chat", "responses": "responses"}
+_EFFORTS: Final[dict[str, Literal["none", "low", "medium", "high"]]] = {
+    "none": "none",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+}
+
+
 def _api(value: str | None) -> Literal["chat", "responses"]:
-    name = (value or "chat").strip().lower()
-    if name == "chat":
-        return "chat"
-    if name == "responses":
-        return "responses"
-    raise SettingsError(f"LLM_API must be chat or responses, not {value!r}")
+    api = _APIS.get((value or "chat").strip().lower())
+    if api is None:
+        raise SettingsError(f"LLM_API must be chat or responses, not {value!r}")
+    return api
 
 
 def _effort(value: str | None) -> Literal["none", "low", "medium", "high"] | None:
     if value is None or not value.strip():
         return None
-    name = value.strip().lower()
-    if name == "none":
-        return "none"
-    if name == "low":
-        return "low"
-    if name == "medium":
-        return "medium"
-    if name == "high":
-        return "high"
-    raise SettingsError(f"ALICIA_REASONING_EFFORT must be none, low, medium or high, not {value!r}")
+    effort = _EFFORTS.get(value.strip().lower())
+    if effort is None:
+        raise SettingsError(
+            f"ALICIA_REASONING_EFFORT must be none, low, medium or high, not {value!r}"
+        )
+    return effort
 
 
 def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "none"]:

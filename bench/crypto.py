@@ -21,18 +21,16 @@ target: added <= 50).
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import platform
 import random
 import sys
-import timeit
-from collections.abc import Callable
 from importlib.metadata import version
 
 import msgspec
 
 from agent.engine.sealing import ReasoningSealer
+from bench._stats import best_per_item
 from protocol import ReasoningStep, encode, envelope, new_id
 
 SEED = 20261123
@@ -61,14 +59,6 @@ def corpus(n: int) -> list[ReasoningStep]:
             )
         )
     return steps
-
-
-def best_per_item(fn: Callable[[], None], n: int, repeat: int) -> float:
-    """Best seconds per item over ``repeat`` timed passes (each pass handles ``n`` items)."""
-    gc.collect()
-    timer = timeit.Timer(fn)
-    number, _ = timer.autorange()
-    return min(timer.repeat(repeat=repeat, number=number)) / number / n
 
 
 def main(argv: list[str] | None = None) -> None:

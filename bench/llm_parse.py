@@ -27,12 +27,9 @@ shapes together (target: ratio <= 3).
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import platform
 import sys
-import timeit
-from collections.abc import Callable
 from importlib.metadata import version
 
 import msgspec
@@ -41,6 +38,7 @@ from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
 from agent.llm.segmenter import StepSegmenter
 from agent.llm.sentences import SentenceStream
 from agent.llm.stream import ChatDecoder, chat_delta
+from bench._stats import best_per_item
 from harness.recorded_llm import STREAMS_DIR, read_events
 
 SHAPES = ("vllm_reasoning", "ollama_qwen3_think_inline", "openrouter_reasoning")
@@ -67,14 +65,6 @@ def worker_pass(chunks: list[bytes]) -> int:
         if type(part) is Reasoning:
             steps += len(segmenter.push(part.text))
     return steps + len(segmenter.close())
-
-
-def best_per_item(fn: Callable[[], object], n: int, repeat: int) -> float:
-    """Best seconds per item over ``repeat`` timed passes (each pass handles ``n`` items)."""
-    gc.collect()
-    timer = timeit.Timer(fn)
-    number, _ = timer.autorange()
-    return min(timer.repeat(repeat=repeat, number=number)) / number / n
 
 
 def main(argv: list[str] | None = None) -> None:

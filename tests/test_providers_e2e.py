@@ -90,6 +90,7 @@ def _env(group: Group) -> dict[str, str]:
         "ALICIA_LLM_THINKING_OPEN": "true" if group.thinking_open else "false",
         "ALICIA_STEP_MAX_DELAY": "10",  # steps end at paragraphs, not by time
         "ALICIA_LOAD_THRESHOLD": "inf",
+        "ALICIA_JOB_EXECUTOR": "thread",  # seven workers side by side: no process pools
     }
 
 

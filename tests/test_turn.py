@@ -10,6 +10,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -31,6 +32,8 @@ from agent.engine.tools import default_tools
 from agent.engine.turn import Exchange, Turn, TurnOptions
 from harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
 from protocol import StepTracker
+from tests.test_llm_stream import body_handler, chunk, sse
+from tests.test_llm_stream import serve as serve  # the fixture
 from tests.worker_streams import combined_streams
 
 OPTIONS = TurnOptions(model="test-model", system_prompt="Be brief.", step_max_delay_s=0.2)
@@ -219,50 +222,23 @@ def test_the_manifest_has_the_streams_these_tests_use() -> None:
     assert {"deepseek_reasoning_content", "plain_no_reasoning"} <= names
 
 
-async def test_a_providers_summary_of_raw_reasoning_goes_with_its_step() -> None:
+async def test_a_providers_summary_of_raw_reasoning_goes_with_its_step(serve: Any) -> None:
     """Raw reasoning and the provider's summary of it (OpenRouter reasoning_details with
     both kinds): the steps are the raw text, the summary rides on the step it closes."""
-    from aiohttp import web
-
-    def event(delta: dict[str, object]) -> bytes:
-        chunk = {"choices": [{"index": 0, "delta": delta}]}
-        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
     text = {"type": "reasoning.text", "index": 0}
     summary = {"type": "reasoning.summary", "index": 1}
-    body = b"".join(
-        [
-            event({"reasoning_details": [{**text, "text": "First I check the units. "}]}),
-            event({"reasoning_details": [{**text, "text": "Then I add them up."}]}),
-            event({"reasoning_details": [{**summary, "summary": "Checked units, "}]}),
-            event({"reasoning_details": [{**summary, "summary": "added them."}]}),
-            event({"content": "It is 12."}),
-            b"data: [DONE]\n\n",
-        ]
+    body = sse(
+        chunk(reasoning_details=[{**text, "text": "First I check the units. "}]),
+        chunk(reasoning_details=[{**text, "text": "Then I add them up."}]),
+        chunk(reasoning_details=[{**summary, "summary": "Checked units, "}]),
+        chunk(reasoning_details=[{**summary, "summary": "added them."}]),
+        chunk(content="It is 12."),
     )
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(body)
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with openai.AsyncOpenAI(
-            base_url=f"http://127.0.0.1:{port}/v1", api_key="t", max_retries=0
-        ) as own:
-            events = await collect(turn_for(own, "sum"))
-    finally:
-        await runner.cleanup()
+    own = await serve(body_handler(body))
+    events = await collect(turn_for(own, "sum"))
     steps = [e for e in events if isinstance(e, StepReady)]
     assert [(s.text, s.summary) for s in steps] == [
         ("First I check the units. Then I add them up.", "Checked units, added them.")
     ]
-    assert events[-1].answer == "It is 12."  # type: ignore[union-attr]
+    ended = events[-1]
+    assert isinstance(ended, TurnEnded) and ended.answer == "It is 12."

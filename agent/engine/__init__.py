@@ -9,6 +9,8 @@
 * ``participants.py``: per-participant state (features, stanza order, rate limits, queue)
   and the errors the engine reports to clients.
 * ``tools.py``: the server-executed function tools.
+* ``keeper.py``: reasoning kept for a provider's pass-back rule, sealed while it waits.
+* ``sealing.py``: JWE sealing of reasoning (``encryptedValue``) and the data-key port.
 * Ports, owned here and implemented by the layers around it: ``transport.py``
   (:class:`~agent.engine.transport.Transport`, implemented by front ends) and ``sink.py``
   (:class:`~agent.engine.sink.StepSink`, implemented by ``agent/storage``).

@@ -1,9 +1,15 @@
 """Talking to models and shaping their text; knows nothing of transports or the protocol.
 
-* ``stream.py``: streamed chat completions through the ``openai`` client, SSE decoded
-  with msgspec into delta dicts.
+* ``providers.py``: the provider profiles (``LLM_PROVIDER``): what goes back to the
+  model (pass-back rules) and how reasoning effort is asked for.
+* ``stream.py``: streamed chat completions and Responses API streams through the
+  ``openai`` client, SSE decoded with msgspec into chat-shaped delta dicts.
 * ``reasoning.py``: :class:`~agent.llm.reasoning.ReasoningExtractor` splits deltas into
-  reasoning and answer text (fields, content blocks, inline tags cut across chunks).
+  reasoning, provider summaries and answer text (fields, details, content blocks, inline
+  markers cut across chunks).
+* ``passback.py``: what a provider needs back from a round, and requests rendered in
+  each API's shape.
+* ``summary.py``: summaries of a step (a summarizer model, or extractive).
 * ``segmenter.py``: :class:`~agent.llm.segmenter.StepSegmenter` cuts reasoning text into
   ReasoningStep-sized steps (paragraphs, packet size, a time limit).
 * ``sentences.py``: :class:`~agent.llm.sentences.SentenceStream` cuts answer text into
