@@ -77,6 +77,10 @@ class Settings:
     (answers only; reasoning is never sent back)."""
     database_url: str | None = field(default=None, repr=False)
     """``DATABASE_URL`` (default unset = persistence off): SQLAlchemy async URL for storage."""
+    storage_close_timeout_s: float = 10.0
+    """``ALICIA_STORAGE_CLOSE_TIMEOUT`` (default 10): seconds a closing room keeps trying to
+    write what it has queued when the database is unreachable; then the rest goes to the
+    spill files (replayed by the next writer on the same database)."""
     reasoning_visibility: Literal["full", "summary", "encrypted", "none"] = "none"
     """``ALICIA_REASONING_VISIBILITY`` (default ``none``): the reasoning a participant may
     see when its join token grants none (attribute ``alicia.reasoning``). ``full``:
@@ -206,6 +210,7 @@ class Settings:
             system_prompt=r.text("ALICIA_SYSTEM_PROMPT", DEFAULT_SYSTEM_PROMPT),
             history_turns=r.integer("ALICIA_HISTORY_TURNS", 20, low=0),
             database_url=r.optional("DATABASE_URL"),
+            storage_close_timeout_s=r.number("ALICIA_STORAGE_CLOSE_TIMEOUT", 10.0, low=0.0),
             reasoning_visibility=_visibility(r.optional("ALICIA_REASONING_VISIBILITY")),
             reasoning_keys=_keys(r.optional("ALICIA_REASONING_KEYS")),
             zdr=r.flag("ALICIA_ZDR", False),

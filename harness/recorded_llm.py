@@ -16,7 +16,8 @@ Which stream answers a request, first match wins:
    user input item (responses), longest name first, or that text equal to a stream's
    recorded question;
 3. the server's default: for chat the ``default`` stream (``default="rotate"``: every
-   non-follow-up chat stream in turn, for a demo where people type their own questions);
+   non-follow-up chat stream in turn, for a demo where people type their own questions,
+   except the tool calls whose provider needs its reasoning back with the result);
    for responses the first recorded Responses stream (by name), unless ``default`` is one.
 
 When the last message is a tool result (chat: ``role: "tool"``; responses: a
@@ -536,6 +537,9 @@ class RecordedLLM:
         self.default = default
         firsts = sorted(n for n in self.manifest if not _is_followup(n, self.manifest))
         self._firsts = {api: [n for n in firsts if self.manifest[n].api == api] for api in _PATHS}
+        # The demo's rotation: the streams a worker answers whatever its provider profile
+        # (not the tool calls whose provider needs its reasoning back with the result).
+        self._rotation = [n for n in self._firsts["chat"] if not self._needs_passback(n)]
         self._turn = 0
         self.chunk_delay = chunk_delay
         self.endless_delay = endless_delay
@@ -788,7 +792,11 @@ class RecordedLLM:
         if api == "responses":
             return firsts[0]
         self._turn += 1
-        return firsts[(self._turn - 1) % len(firsts)]
+        return self._rotation[(self._turn - 1) % len(self._rotation)]
+
+    def _needs_passback(self, name: str) -> bool:
+        followup = self.manifest[name].followup
+        return followup is not None and bool(self.manifest[followup].rules)
 
     def _by_marker(self, api: str, items: list[Any]) -> str | None:
         text = ""

@@ -239,3 +239,22 @@ async def test_effort_reaches_the_provider_in_its_own_form(
     _, ended = await run(client, opts, spec.user)
     assert ended.status == "complete"
     assert llm.requests[-1][key] == value
+
+
+async def test_after_a_failed_turn_the_next_request_is_well_formed(
+    llm: RecordedLLM, client: openai.AsyncOpenAI
+) -> None:
+    """The observed failure: a DeepSeek V4 tool round refused with 400 left the user
+    message alone in the history, and the next request held [system, user, user]."""
+    spec = llm.spec("deepseek_v4_tool_call")
+    opts = options("generic", "chat", spec.model)
+    llm.script(spec.name)
+    _, failed = await run(client, opts, spec.user)
+    assert failed.status == "failed" and failed.answer == ""
+    history = [Exchange("msg_u1", spec.user, "msg_a1", failed.answer)]
+    plain = llm.spec("plain_no_reasoning")
+    llm.script(plain.name)
+    _, ok = await run(client, opts, plain.user, history=history, n=2)
+    assert ok.status == "complete"
+    roles = [m["role"] for m in llm.requests[-1]["messages"]]
+    assert roles == ["system", "user"]  # the failed exchange is left out whole

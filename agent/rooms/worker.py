@@ -109,13 +109,15 @@ def build_server(settings: Settings) -> AgentServer:
     return server
 
 
-async def open_sink(url: str | None) -> StepSink:
+async def open_sink(url: str | None, *, close_timeout_s: float = 10.0) -> StepSink:
     """The storage sink for ``url`` (None: persistence off)."""
     if not url:
         return NullSink()
-    from agent.storage.writer import open_sink as open_storage  # SQLAlchemy only when storing
+    # SQLAlchemy only when storing.
+    from agent.storage.writer import WriterOptions
+    from agent.storage.writer import open_sink as open_storage
 
-    return await open_storage(url)
+    return await open_storage(url, WriterOptions(close_timeout_s=close_timeout_s))
 
 
 def open_keys(settings: Settings) -> KeyStore | None:
@@ -193,7 +195,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | 
     if settings.native_logs == "stderr":
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
-    sink = await open_sink(settings.database_url)
+    sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
     keys = open_keys(settings)
     llm = openai.AsyncOpenAI(
         base_url=settings.llm_base_url,
