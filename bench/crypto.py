@@ -26,8 +26,11 @@ import platform
 import random
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.engine.sealing import ReasoningSealer
 from bench._stats import best_per_item

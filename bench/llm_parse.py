@@ -31,8 +31,11 @@ import os
 import platform
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
 import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
 from agent.llm.segmenter import StepSegmenter

@@ -1,0 +1,37 @@
+"""The CPU benchmarks run as the README says (a script, from any directory) and end with
+their RESULT line. Their figures are not checked here: speed is measured, never tested."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("script", "keys"),
+    [
+        ("bench/llm_parse.py", ("us_per_token", "floor_us_per_token", "ratio")),
+        ("bench/crypto.py", ("encode_us", "encrypt_encode_us", "added_us")),
+    ],
+)
+def test_benchmark_ends_with_its_result_line(
+    script: str, keys: tuple[str, ...], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), "--repeat", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    pattern = "RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys)
+    assert re.fullmatch(pattern, last), last
