@@ -107,6 +107,11 @@ async def test_a_turn_through_the_real_worker_is_stored_exactly(
     )
     assert answer["contents"].split() == " ".join(s.text for s in sentences).split()
     assert answer["contents"].split() == follow.answer.split()
+    # The provider's usage, summed over both rounds, and the time to first reasoning.
+    assert (answer["prompt_tokens"], answer["completion_tokens"]) == (212 + 305, 59 + 72)
+    assert answer["reasoning_tokens"] == 0  # these recordings report no reasoning tokens
+    assert 0 <= answer["first_reasoning_ms"] < 30_000
+    assert user["prompt_tokens"] is None
 
     request: ToolUseRequest = alice.of(ToolUseRequest)[0]
     [tool] = await fetch(url, "SELECT * FROM alicia_tool_uses")
