@@ -135,3 +135,16 @@ class ProtocolClient:
 
     def of(self, kind: type[Any]) -> list[Any]:
         return [e.body for e in self.box if isinstance(e.body, kind)]
+
+
+@contextlib.asynccontextmanager
+async def protocol_client(
+    server: LiveKitServer, room: str, identity: str = "alice"
+) -> AsyncIterator[ProtocolClient]:
+    """A :class:`ProtocolClient` in ``room`` that has seen the agent and been answered
+    (disconnected on exit; what it received stays readable)."""
+    async with joined(server, room, identity) as r:
+        client = ProtocolClient(r, room)
+        await client.wait_for_agent()
+        await client.handshake()
+        yield client

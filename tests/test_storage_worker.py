@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from livekit import rtc
 from storage_db import fetch, new_database
 
 from harness import LiveKitServer, PostgresServer
@@ -25,7 +24,7 @@ from protocol import (
     UserMessage,
     new_id,
 )
-from tests.livekit_helpers import ProtocolClient
+from tests.livekit_helpers import protocol_client
 from tests.worker_proc import running_worker
 from tests.worker_streams import combined_streams
 
@@ -57,18 +56,11 @@ async def test_a_turn_through_the_real_worker_is_stored_exactly(
     call, follow = llm.spec("calculator_tool_call"), llm.spec("calculator_tool_followup")
     async with running_worker(livekit_server, llm.base_url, env=env) as worker:
         try:
-            r = rtc.Room()
-            await r.connect(livekit_server.url, livekit_server.token("alice", room))
-            try:
-                alice = ProtocolClient(r, room)
-                await alice.wait_for_agent()
-                await alice.handshake()
+            async with protocol_client(livekit_server, room) as alice:
                 llm.script("calculator_tool_call")
                 question = UserMessage(id=new_id("msg"), conversation_id=room, content=call.user)
                 await alice.send(question)
                 await alice.wait_for(AssistantSentence, is_final=True)
-            finally:
-                await r.disconnect()
             # The writer is asynchronous: wait (bounded) until the answer is stored.
             deadline = time.monotonic() + 30
             while await answer_status(url) != "completed":

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from livekit import api, rtc
+from livekit import api
 from storage_db import fetch, new_database
 
 from harness import LiveKitServer, PostgresServer
 from harness.postgres import pg_bindir
 from harness.recorded_llm import RecordedLLM
 from protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
-from tests.livekit_helpers import ProtocolClient
+from tests.livekit_helpers import protocol_client
 from tests.worker_proc import running_worker
 from tests.worker_streams import combined_streams
 
@@ -80,17 +80,10 @@ async def test_no_plaintext_reasoning_at_rest_and_erasure_shreds_it(
     }
     room = new_id("conv")
     async with running_worker(livekit_server, llm.base_url, env=env, log_level="debug") as w:
-        r = rtc.Room()
-        await r.connect(livekit_server.url, livekit_server.token("alice", room))
-        try:
-            alice = ProtocolClient(r, room)
-            await alice.wait_for_agent()
-            await alice.handshake()
+        async with protocol_client(livekit_server, room) as alice:
             llm.script("deepseek_reasoning_content")
             await alice.send(UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user))
             await alice.wait_for(AssistantSentence, is_final=True)
-        finally:
-            await r.disconnect()
         for _ in range(150):  # storage is asynchronous: wait until the steps are there
             if len(await fetch(url, "SELECT id FROM alicia_reasoning_steps")) == len(spec.steps):
                 break
@@ -150,12 +143,7 @@ async def test_steps_spilled_during_an_outage_hold_no_plaintext_either(
     paused = False
     try:
         async with running_worker(livekit_server, llm.base_url, env=env) as w:
-            r = rtc.Room()
-            await r.connect(livekit_server.url, livekit_server.token("alice", room))
-            try:
-                alice = ProtocolClient(r, room)
-                await alice.wait_for_agent()
-                await alice.handshake()
+            async with protocol_client(livekit_server, room) as alice:
                 for turn in range(2):
                     llm.script("deepseek_reasoning_content")
                     msg = UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user)
@@ -171,8 +159,6 @@ async def test_steps_spilled_during_an_outage_hold_no_plaintext_either(
                             await asyncio.sleep(0.2)
                         await asyncio.to_thread(postgres_server.pause)
                         paused = True
-            finally:
-                await r.disconnect()
             # Closing the room ends the conversation: its writer gives the database one
             # second (ALICIA_STORAGE_CLOSE_TIMEOUT), then spills what it holds.
             http_url = "http" + livekit_server.url[2:]
