@@ -93,8 +93,9 @@ class Settings:
     ``encrypted`` participants get no steps."""
     summary_model: str | None = None
     """``ALICIA_SUMMARY_MODEL`` (default unset = extractive summaries): a model on the same
-    endpoint that summarises each step for ``summary`` participants. It never delays the
-    answer: a summary not ready before the answer starts is dropped."""
+    endpoint (through chat completions, whatever ``LLM_API``) that summarises each step
+    for ``summary`` participants when the provider sends no summary of its own. It never
+    delays the answer: a summary not ready before the answer starts is dropped."""
     summary_timeout_s: float = 3.0
     """``ALICIA_SUMMARY_TIMEOUT`` (default 3): seconds one summary may take; then the
     extractive summary is used (if the answer has not started)."""
