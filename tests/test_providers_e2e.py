@@ -209,6 +209,9 @@ async def test_shape_end_to_end(
     except BaseException as exc:
         raise AssertionError(f"{exc!r}\n--- worker log ---\n{worker.log()}") from exc
     assert list(llm.rejections) == []
+    # The worker logged the profile it serves with, and how it was chosen.
+    log = worker.log(tail=10_000_000)
+    assert f'"provider": "{group.provider}", "chosen_by": "LLM_PROVIDER"' in log
     if name in TWO_TURNS:
         # The second turn's first request holds the first turn as user + answer only.
         # The Responses API also carries the first turn's reasoning items (encrypted).

@@ -96,16 +96,15 @@ def build_server(settings: Settings) -> AgentServer:
         server.update_options(load_threshold=threshold)
     server.rtc_session(entrypoint, agent_name=settings.agent_name)
     profile, how = resolve(settings.llm_provider, settings.llm_base_url, settings.llm_model)
-    logger.info(
-        "llm provider profile",
-        extra={
-            "provider": profile.name,
-            "chosen_by": how,
-            "api": settings.llm_api,
-            "passback": TurnOptions.from_settings(settings).passback[0],
-            "effort": settings.reasoning_effort or "provider default",
-        },
-    )
+    chosen = {
+        "provider": profile.name,
+        "chosen_by": how,
+        "api": settings.llm_api,
+        "passback": TurnOptions.from_settings(settings).passback[0],
+        "effort": settings.reasoning_effort or "provider default",
+    }
+    # Logged once the command line has set logging up.
+    server.on("worker_started", lambda: logger.info("llm provider profile", extra=chosen))
     return server
 
 
