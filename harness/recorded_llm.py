@@ -319,7 +319,9 @@ def openrouter_reasoning_details(body: Mapping[str, Any], context: RuleContext) 
     """OpenRouter to Anthropic with reasoning: the last assistant message with tool calls
     must start with its signed thinking block, i.e. carry ``reasoning_details`` with the
     recorded ``reasoning.text`` (joined text and signature as streamed). OpenRouter wraps
-    Anthropic's error: ``Provider returned error`` with the raw body in ``metadata``."""
+    Anthropic's error: ``Provider returned error`` with the raw body in ``metadata``. The
+    missing-thinking text is Anthropic's as publicly reported; the two signature texts
+    (missing, changed) follow Anthropic's validation-error form but are not confirmed."""
     messages = _messages(body)
     targets = [i for i, m in enumerate(messages) if _tool_calls(m)]
     if not targets:
@@ -371,7 +373,8 @@ def openrouter_reasoning_details(body: Mapping[str, Any], context: RuleContext) 
 def gemini_thought_signature(body: Mapping[str, Any], context: RuleContext) -> Refusal | None:
     """Gemini's OpenAI-compatible endpoint: every assistant tool call must carry the
     recorded ``extra_content.google.thought_signature``. Gemini's errors there are a JSON
-    list of error objects."""
+    list of error objects. The missing-signature text is Gemini's as publicly reported;
+    the changed-signature text ("Corrupted thought signature.") is not confirmed."""
     expected = (context.origin.passback or {}).get("thought_signature")
     for index, message in enumerate(_messages(body)):
         for call in _tool_calls(message):
