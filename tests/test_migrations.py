@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -47,6 +48,19 @@ async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return await new_database(request.param, pg, tmp_path, "migr")
 
 
+T = TypeVar("T")
+
+
+async def run_sync(url: str, read: Callable[[Connection], T]) -> T:
+    """``read`` on a synchronous connection to the database at ``url``."""
+    engine = create_engine(url, pooled=False)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(read)
+    finally:
+        await engine.dispose()
+
+
 async def schema(url: str) -> dict[str, Any]:
     """Tables, views and the Alembic revision present in the database."""
 
@@ -62,12 +76,7 @@ async def schema(url: str) -> dict[str, Any]:
             "version": version,
         }
 
-    engine = create_engine(url, pooled=False)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(read)
-    finally:
-        await engine.dispose()
+    return await run_sync(url, read)
 
 
 async def populate(url: str, tmp: Path) -> None:
@@ -176,12 +185,7 @@ async def columns(url: str, relation: str) -> list[str]:
     def read(conn: Connection) -> list[str]:
         return [c["name"] for c in inspect(conn).get_columns(relation)]
 
-    engine = create_engine(url, pooled=False)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(read)
-    finally:
-        await engine.dispose()
+    return await run_sync(url, read)
 
 
 async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Path) -> None:
