@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from protocol import (
     DecodeError,
@@ -37,6 +37,9 @@ from protocol import (
 )
 
 from .transport import UNKNOWN_PEER, Peer
+
+if TYPE_CHECKING:
+    from agent.settings import Settings
 
 __all__ = [
     "OPERATOR_GRANT",
@@ -211,6 +214,22 @@ class Participant:
     """User message id named by an ``edit`` variation, waiting for its new UserMessage."""
     edit_timer: asyncio.Task[None] | None = None
     runner: asyncio.Task[None] | None = None
+
+    @classmethod
+    def new(
+        cls, identity: str, settings: Settings, *, clock: Callable[[], float] = time.monotonic
+    ) -> Participant:
+        """A participant just seen, with the limits and defaults of ``settings``."""
+        s = settings
+        return cls(
+            identity=identity,
+            show_reasoning=s.show_reasoning_default,
+            packets=TokenBucket(s.rate_per_s, s.rate_burst, clock=clock),
+            errors=TokenBucket(s.error_rate_per_s, s.error_burst, clock=clock),
+            queue=asyncio.Queue(maxsize=s.queue_size),
+            resumes=TokenBucket(s.resume_rate_per_s, s.resume_burst, clock=clock),
+            default_visibility=s.reasoning_visibility,
+        )
 
     @property
     def operator(self) -> bool:

@@ -1,0 +1,173 @@
+"""Everything a conversation sends goes out here: numbered, stored, kept, transmitted.
+
+:class:`Outbox` gives each envelope the next server ``stanzaId``, hands it to the
+:class:`~agent.engine.sink.StepSink`, keeps the last ``keep`` envelopes as sent (bytes,
+recipients, reasoning level) for replay on resume (PROTOCOL.md §4.9), and sends it over
+the :class:`~agent.engine.transport.Transport`. One lock orders it all, so stanza ids
+leave in the order they were given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Final
+
+from protocol import Body, StanzaCounter, encode, envelope
+from protocol.errors import EncodeError
+
+from .participants import InvalidState, Visibility
+from .sink import StepSink
+from .transport import Transport, TransportError
+
+__all__ = ["MAX_REPLAY_GAP", "Outbox", "ReplayGap"]
+
+logger = logging.getLogger("alicia.conversation")
+
+MAX_REPLAY_GAP: Final = 1000
+"""Server envelopes a resuming client may have missed at most."""
+
+
+class ReplayGap(InvalidState):
+    """A resuming client missed more than the kept envelopes (or over 1000): 202, fatal."""
+
+    recoverable = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Kept:
+    """One sent envelope as it went out, for replay on resume (§4.9)."""
+
+    seq: int
+    """|stanzaId|."""
+    data: bytes
+    to: tuple[str, ...] | None
+    """Recipients; ``None`` = every client in the room."""
+    level: Visibility | None
+    """The reasoning level of a ReasoningStep (replayed only to clients of that level);
+    ``None`` for every other type."""
+
+
+class Outbox:
+    """The sending side of one conversation (see the module docstring)."""
+
+    def __init__(
+        self, conversation_id: str, *, transport: Transport, sink: StepSink, keep: int
+    ) -> None:
+        """Nothing is sent until :meth:`send`."""
+        self.conversation_id = conversation_id
+        self.lock = asyncio.Lock()
+        """Held while an envelope is numbered and sent (and across a resume's replay)."""
+        self.sink = sink
+        self._transport = transport
+        self._stanza = StanzaCounter("server")
+        self._kept: deque[_Kept] = deque(maxlen=keep)
+        self._evicted = 0
+        """|stanzaId| of the newest envelope pushed out of ``_kept`` (0: none yet)."""
+
+    @property
+    def last(self) -> int:
+        """|stanzaId| of the last envelope numbered (0: none yet)."""
+        return abs(self._stanza.last)
+
+    async def send(
+        self,
+        body: Body,
+        to: Sequence[str],
+        *,
+        meta: dict[str, Any] | None = None,
+        everyone: bool = False,
+        store: bool = True,
+        level: Visibility | None = None,
+        store_meta: dict[str, Any] | None = None,
+    ) -> None:
+        """Number, store, keep and send one envelope (to nobody if ``to`` is empty).
+
+        ``everyone``: ``to`` is every client in the room; a resuming client gets it too.
+        ``store``: hand it to the sink (a step's other renditions are not stored again).
+        ``level``: the reasoning level of a ReasoningStep rendition.
+        ``store_meta``: meta for the stored copy only (analytics), never sent.
+        """
+        async with self.lock:
+            await self.emit(
+                body, to, meta, everyone=everyone, store=store, level=level, store_meta=store_meta
+            )
+
+    async def emit(
+        self,
+        body: Body,
+        to: Sequence[str],
+        meta: dict[str, Any] | None,
+        *,
+        everyone: bool = False,
+        store: bool = True,
+        level: Visibility | None = None,
+        store_meta: dict[str, Any] | None = None,
+    ) -> None:
+        """:meth:`send` with :attr:`lock` already held."""
+        cid = self.conversation_id
+        env = envelope(body, stanza_id=self._stanza.next(), conversation_id=cid, meta=meta)
+        if store:
+            if store_meta:
+                stored_meta = {**(meta or {}), **store_meta}
+                self.sink.submit(
+                    envelope(body, stanza_id=env.stanza_id, conversation_id=cid, meta=stored_meta)
+                )
+            else:
+                self.sink.submit(env)
+        if not to and not everyone:
+            return
+        try:
+            data = encode(env)
+        except EncodeError:
+            logger.exception("envelope not encodable", extra={"type": env.type})
+            return
+        kept = _Kept(-env.stanza_id, data, None if everyone else tuple(to), level)
+        if len(self._kept) == self._kept.maxlen:
+            self._evicted = self._kept[0].seq
+        self._kept.append(kept)
+        if to:
+            await self.transmit(data, to, env.type)
+
+    async def transmit(self, data: bytes, to: Sequence[str], what: object) -> None:
+        """Send encoded bytes as they are (a failed send is logged, never raised)."""
+        try:
+            await self._transport.send(data, to=to)
+        except TransportError as exc:
+            logger.warning("send failed", extra={"type": what, "error": str(exc)})
+
+    def replay(
+        self, seen: int, identity: str, level: Visibility | None, *, max_bytes: int
+    ) -> list[bytes]:
+        """The kept envelopes after ``seen`` addressed to ``identity`` (steps only of its
+        ``level``); raises :class:`ReplayGap` when they cannot all be replayed. Call with
+        :attr:`lock` held."""
+        last = self.last
+        if seen > last:
+            raise ReplayGap(f"server message {seen} was never sent here (last is {last})")
+        if self._evicted > seen or last - seen > MAX_REPLAY_GAP:
+            raise ReplayGap(
+                f"cannot replay server messages after {seen}: {last - seen} missed, "
+                f"only those after {self._evicted} are kept"
+            )
+        replay = [
+            k.data
+            for k in self._kept
+            if k.seq > seen
+            and (k.to is None or identity in k.to)
+            and (k.level is None or k.level == level)
+        ]
+        size = sum(len(d) for d in replay)
+        if size > max_bytes:
+            raise ReplayBudget(
+                f"cannot replay server messages after {seen}: {size} bytes missed, "
+                f"over the {max_bytes}-byte replay budget"
+            )
+        return replay
+
+
+class ReplayBudget(ReplayGap):
+    """The envelopes to replay are over the per-resume byte budget: 202, fatal."""

@@ -1,0 +1,325 @@
+"""One turn's events as Alicia envelopes: the single projection every turn source uses.
+
+:class:`TurnProjection` is made by
+:meth:`~agent.engine.session.ProtocolSession.open_turn` and fed the turn's
+:mod:`~agent.engine.events` in order:
+
+* ``StepReady`` -> ReasoningStep (``previousId`` = user message) in the rendition each
+  participant's level allows: ``full`` the step, ``summary`` the provider's own summary
+  (else the summarizer model's, else an extractive one) with the step sealed as its
+  ``encryptedValue``, ``encrypted`` only the sealed value; under zero data retention
+  only the sealed step is stored;
+* ``ToolRequested`` / ``ToolFinished`` -> ToolUseRequest (``execution: server``) and
+  ToolUseResult, to every client;
+* ``AnswerStarted`` / ``SentenceReady`` -> StartAnswer and AssistantSentence
+  (``sequence`` 1..M, last one ``isFinal``) to streaming clients;
+* ``TurnEnded`` -> one AssistantMessage to the clients that do not stream, the exchange
+  into the history, an ErrorMessage to the requester if the turn failed, and the
+  Acknowledgements of the ControlStops that ended it.
+
+Reasoning never reaches answer text: only ``SentenceReady`` text is ever an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from agent.llm.summary import extractive_summary, model_summary
+from protocol import (
+    Acknowledgement,
+    AssistantMessage,
+    AssistantSentence,
+    ReasoningStep,
+    StartAnswer,
+    ToolUseRequest,
+    ToolUseResult,
+    new_id,
+)
+from protocol import ids as id_prefix
+
+from .events import (
+    AnswerStarted,
+    SentenceReady,
+    StepReady,
+    ToolFinished,
+    ToolRequested,
+    TurnEnded,
+    TurnEvent,
+)
+from .participants import TurnRequest, Visibility
+from .sink import META_FIRST_REASONING_MS, META_USAGE
+from .turn import Exchange
+
+if TYPE_CHECKING:
+    from .session import ProtocolSession
+
+__all__ = ["META_CLOSED_AT", "META_MODEL", "TurnProjection"]
+
+logger = logging.getLogger("alicia.conversation")
+
+META_MODEL: Final = "model"
+"""Meta key on StartAnswer/AssistantMessage: the LLM model name."""
+META_CLOSED_AT: Final = "alicia.closedMonoNs"
+"""Meta key on ReasoningStep (``Settings.timing_meta``): ``time.monotonic_ns()`` when the
+segmenter closed the step (CLOCK_MONOTONIC: comparable between processes on one host)."""
+
+
+class TurnProjection:
+    """One turn being served: its events in, envelopes out (see the module docstring)."""
+
+    def __init__(
+        self,
+        session: ProtocolSession,
+        request: TurnRequest,
+        answer_id: str,
+        *,
+        stop: Callable[[], None],
+        model: str | None = None,
+    ) -> None:
+        """Made by :meth:`ProtocolSession.open_turn`; ``stop`` ends the turn at its source."""
+        self.request = request
+        self.answer_id = answer_id
+        self.model = model or session.settings.llm_model
+        """The model name sent as ``meta.model`` on the answer."""
+        self.on_sentence: Callable[[str], None] | None = None
+        """Called with each answer sentence as it goes out (a speaker), if set."""
+        self._session = session
+        self._stop = stop
+        self._acks: list[tuple[str, int]] = []
+        """ControlStops to acknowledge once the answer is closed: (identity, stanzaId)."""
+        self._stream_form = True
+        self._streaming_to: list[str] = []
+        self._message_to: list[str] = []
+        self._sequence = 0
+        self._answer_started = False
+        """The answer has begun: from now on no (late) step summary goes out."""
+        self._final_text: str | None = None
+        """The last sentence, sent with the turn's end (its stored copy carries the figures)."""
+        self.ended = False
+
+    def stop(self, ack: tuple[str, int] | None = None) -> None:
+        """Stop the turn; ``ack`` is acknowledged after the answer is closed."""
+        if ack is not None:
+            self._acks.append(ack)
+        self._stop()
+
+    async def emit(self, event: TurnEvent) -> None:
+        """One turn event as envelopes (see the module docstring)."""
+        s = self._session
+        if self.ended:
+            raise RuntimeError("the turn has ended")
+        if isinstance(event, SentenceReady):
+            if event.final:  # goes out with TurnEnded, right behind it
+                self._final_text = event.text
+            else:
+                await self._sentence(event.text, final=False)
+        elif isinstance(event, StepReady):
+            await self._step(event)
+        elif isinstance(event, AnswerStarted):
+            await self._open_answer()
+        elif isinstance(event, ToolRequested):
+            request = ToolUseRequest(
+                id=event.request_id,
+                tool_name=event.name,
+                parameters=event.parameters,
+                execution="server",
+                conversation_id=s.id,
+                previous_id=self.request.user_id,
+                timeout_ms=event.timeout_ms,
+            )
+            await s.outbox.send(request, s.clients(), everyone=True)
+        elif isinstance(event, ToolFinished):
+            outcome = event.outcome
+            result = ToolUseResult(
+                request_id=event.request_id,
+                success=outcome.success,
+                result=outcome.result,
+                error_code=outcome.error_code,
+                error_message=outcome.error_message,
+                id=new_id(id_prefix.TOOL_USE_RESULT),
+                conversation_id=s.id,
+            )
+            await s.outbox.send(result, s.clients(), everyone=True)
+        elif isinstance(event, TurnEnded):
+            await self._finish(event)
+        # AnswerDelta: the sentences carry the same text.
+
+    async def _finish(self, ended: TurnEnded) -> None:
+        s = self._session
+        request = self.request
+        if not self._answer_started:
+            await self._open_answer()
+        # The turn's figures (usage, time to first reasoning) ride on the stored copies of
+        # the answer's last envelopes only; they are never sent.
+        figures = _figures(ended)
+        await self._sentence(self._final_text or "", final=True, store_meta=figures)
+        if self._message_to:
+            message = AssistantMessage(
+                id=self.answer_id,
+                previous_id=request.user_id,
+                conversation_id=s.id,
+                content=ended.answer,
+                state="complete" if ended.status == "complete" else "partial",
+            )
+            await s.outbox.send(
+                message, self._message_to, meta={META_MODEL: self.model}, store_meta=figures
+            )
+        self.ended = True
+        exchange = Exchange(
+            request.user_id,
+            request.text,
+            self.answer_id,
+            ended.answer,
+            request.requester,
+            kept=ended.kept,
+        )
+        s.close_turn(self, exchange)
+        if ended.error is not None:
+            p = s.participants.get(request.requester)
+            if p is not None:
+                await s.error(p, ended.error, request.user_id)
+        for identity, stanza_id in self._acks:
+            ack = Acknowledgement(
+                conversation_id=s.id,
+                acknowledged_stanza_id=stanza_id,
+                acknowledged_message_id=self.answer_id,
+            )
+            await s.outbox.send(ack, [identity])
+        logger.info(
+            "turn finished",
+            extra={
+                "conversation": s.id,
+                "steps": ended.steps,
+                "sentences": self._sequence,
+                "stopped": ended.status == "stopped",
+            },
+        )
+
+    async def _step(self, event: StepReady) -> None:
+        s = self._session
+        step = ReasoningStep(
+            id=new_id(id_prefix.REASONING_STEP),
+            conversation_id=s.id,
+            previous_id=self.request.user_id,
+            content=event.text,
+            step_index=event.index,
+        )
+        meta = {META_CLOSED_AT: event.closed_ns} if s.settings.timing_meta else None
+        groups: dict[Visibility, list[str]] = {}
+        for p in s.participants.values():
+            level = p.step_level if p.active else None
+            if level is not None:
+                groups.setdefault(level, []).append(p.identity)
+        # The step as it is goes to those granted full reasoning. It is stored as it is,
+        # or, under zero data retention, only encrypted with the conversation's data key.
+        zdr = s.settings.zdr
+        out = s.outbox
+        await out.send(step, groups.get("full", []), meta=meta, level="full", store=not zdr)
+        if zdr and s.data_sealer is not None:
+            kept = s.data_sealer.seal(s.id, event.text)
+            stored = msgspec.structs.replace(step, content="", encrypted_value=kept)
+            await out.send(stored, [], meta=meta)
+        if not (groups.get("summary") or groups.get("encrypted")):
+            return
+        sealed = s.sealer.seal(s.id, event.text) if s.sealer is not None else None
+        if groups.get("summary"):
+            to = groups["summary"]
+            if event.summary is not None:  # the provider's own summary comes first
+                summary = msgspec.structs.replace(
+                    step, content=event.summary, encrypted_value=sealed
+                )
+                await out.send(summary, to, meta=meta, store=False, level="summary")
+            elif s.settings.summary_model and s.llm is not None and not s.summary_slots.locked():
+                task = asyncio.create_task(
+                    self._summarize(step, sealed, to, meta), name="alicia-summary"
+                )
+                s.tasks.add(task)
+                task.add_done_callback(s.tasks.discard)
+            else:  # no summarizer, or all its slots busy: the extractive summary, now
+                summary = msgspec.structs.replace(
+                    step, content=extractive_summary(step.content), encrypted_value=sealed
+                )
+                await out.send(summary, to, meta=meta, store=False, level="summary")
+        if groups.get("encrypted") and sealed is not None:
+            hidden = msgspec.structs.replace(step, content="", encrypted_value=sealed)
+            await out.send(hidden, groups["encrypted"], meta=meta, store=False, level="encrypted")
+
+    async def _summarize(
+        self,
+        step: ReasoningStep,
+        sealed: str | None,
+        to: list[str],
+        meta: dict[str, Any] | None,
+    ) -> None:
+        """The summarizer model's summary of ``step``, sent to ``to`` only if it is ready
+        before the answer starts (else dropped); its failure or timeout: extractive."""
+        s = self._session
+        model = s.settings.summary_model
+        assert model is not None and s.llm is not None
+        async with s.summary_slots:
+            try:
+                async with asyncio.timeout(s.settings.summary_timeout_s):
+                    text = await model_summary(s.llm, model, step.content)
+            except Exception as exc:  # a timeout, the endpoint, an empty reply
+                logger.info("summary fallback", extra={"error": type(exc).__name__})
+                text = extractive_summary(step.content)
+        body = msgspec.structs.replace(step, content=text, encrypted_value=sealed)
+        async with s.outbox.lock:
+            if self._answer_started:
+                s.late_summaries += 1
+                logger.info("late summary dropped", extra={"conversation": s.id})
+                return
+            await s.outbox.emit(body, to, meta, store=False, level="summary")
+
+    async def _open_answer(self) -> None:
+        s = self._session
+        self._answer_started = True
+        active = [p for p in s.participants.values() if p.active]
+        self._streaming_to = [p.identity for p in active if p.streaming]
+        self._message_to = [p.identity for p in active if not p.streaming]
+        self._stream_form = bool(self._streaming_to) or not self._message_to
+        if self._stream_form:
+            start = StartAnswer(
+                id=self.answer_id,
+                previous_id=self.request.user_id,
+                conversation_id=s.id,
+                answer_type="text+voice" if s.source.speaks else "text",
+            )
+            await s.outbox.send(start, self._streaming_to, meta={META_MODEL: self.model})
+
+    async def _sentence(
+        self, text: str, *, final: bool, store_meta: dict[str, Any] | None = None
+    ) -> None:
+        if text and self.on_sentence is not None:
+            self.on_sentence(text)
+        if not self._stream_form:
+            return
+        self._sequence += 1
+        sentence = AssistantSentence(
+            id=new_id(id_prefix.SENTENCE),
+            previous_id=self.answer_id,
+            conversation_id=self._session.id,
+            sequence=self._sequence,
+            text=text,
+            is_final=True if final else None,
+        )
+        await self._session.outbox.send(sentence, self._streaming_to, store_meta=store_meta)
+
+
+def _figures(ended: TurnEnded) -> dict[str, Any] | None:
+    """The turn's token usage and time to first reasoning, for the stored answer only."""
+    figures: dict[str, Any] = {}
+    if ended.usage is not None:
+        figures[META_USAGE] = {
+            "promptTokens": ended.usage.prompt_tokens,
+            "completionTokens": ended.usage.completion_tokens,
+            "reasoningTokens": ended.usage.reasoning_tokens,
+        }
+    if ended.first_reasoning_ms is not None:
+        figures[META_FIRST_REASONING_MS] = round(ended.first_reasoning_ms, 3)
+    return figures or None

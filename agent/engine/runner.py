@@ -1,0 +1,201 @@
+"""The engine's own turn source: a queue per participant, one :class:`Turn` at a time.
+
+:class:`TurnRunner` runs each participant's turns (UserMessages, variations, final
+transcripts) in that participant's own task, one after another, from a bounded queue
+(full: ErrorMessage 504). Each turn is a :class:`~agent.engine.turn.Turn` whose events
+go through the session's projection (:meth:`ProtocolSession.open_turn`); a stop cancels
+the turn's LLM stream or tool at once and the turn still ends properly.
+
+Reasoning goes back to the LLM only where the provider's pass-back rule needs it
+(:mod:`agent.llm.providers`), sealed with the conversation's data key while it waits
+(:class:`~agent.engine.keeper.Keeper`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+import openai
+
+from protocol import ids as id_prefix
+from protocol import new_id
+
+from .keeper import Keeper
+from .participants import Overloaded, Participant, TurnRequest
+from .session import ProtocolSession
+from .tools import ToolBox
+from .turn import Exchange, Turn, TurnOptions
+
+__all__ = ["Speaker", "TurnRunner"]
+
+logger = logging.getLogger("alicia.conversation")
+
+
+class Speaker(Protocol):
+    """Speech output for answers; optional."""
+
+    def say(self, text: str) -> None:
+        """Queue one answer sentence for speech."""
+        ...
+
+    def interrupt(self) -> None:
+        """Stop speaking now and drop queued sentences."""
+        ...
+
+
+class TurnRunner:
+    """Runs a protocol session's turns with the engine's :class:`Turn` (a TurnSource)."""
+
+    def __init__(
+        self,
+        session: ProtocolSession,
+        *,
+        llm: openai.AsyncOpenAI,
+        tools: ToolBox | None = None,
+        speaker: Speaker | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """Serve ``session``'s turns with ``llm``; attaches itself to the session."""
+        self._session = session
+        self._llm = llm
+        self._tools = tools if session.settings.tools_enabled else None
+        self._options = TurnOptions.from_settings(session.settings)
+        self._speaker = speaker
+        self._clock = clock or session.clock
+        self._runners: dict[str, asyncio.Task[None]] = {}
+        session.attach(self)
+
+    # -- TurnSource -----------------------------------------------------------------
+
+    @property
+    def tool_use(self) -> bool:
+        """Tools are offered to the model."""
+        return self._tools is not None
+
+    @property
+    def speaks(self) -> bool:
+        """Answers are spoken too (a speaker is set)."""
+        return self._speaker is not None
+
+    async def submit(self, p: Participant, request: TurnRequest) -> None:
+        """Queue ``request`` on ``p``'s runner (504 if its queue is full)."""
+        try:
+            p.queue.put_nowait(request)
+        except asyncio.QueueFull:
+            raise Overloaded(f"{p.queue.maxsize} turns already waiting") from None
+        task = self._runners.get(p.identity)
+        if task is None or task.done():
+            task = asyncio.create_task(self._serve(p), name=f"alicia-turns-{p.identity}")
+            self._runners[p.identity] = task
+
+    def queued_owner(self, user_id: str) -> str | None:
+        """Who asked the waiting turn of ``user_id``."""
+        for p in self._session.participants.values():
+            request = p.find_queued(user_id)
+            if request is not None:
+                return request.requester
+        return None
+
+    def drop_queued(self, user_id: str) -> bool:
+        """Drop the waiting turn of ``user_id`` from whichever queue holds it."""
+        return any(p.drop_queued(user_id) for p in self._session.participants.values())
+
+    def interrupt_speech(self) -> None:
+        """Stop the speaker, if there is one."""
+        if self._speaker is not None:
+            self._speaker.interrupt()
+
+    def forget(self, identity: str) -> None:
+        """``identity`` left: with no turn of its running, its runner ends now."""
+        running = any(t.request.requester == identity for t in self._session.turns)
+        task = self._runners.get(identity)
+        if not running and task is not None:
+            task.cancel()
+
+    async def aclose(self) -> None:
+        """Cancel every runner and wait for them."""
+        tasks = [t for t in self._runners.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._runners.clear()
+
+    # -- voice ----------------------------------------------------------------------
+
+    async def user_said(self, identity: str, text: str) -> None:
+        """A final transcript of ``identity``'s speech: a Transcription, then its turn."""
+        s = self._session
+        transcript_id = await s.transcription(identity, text)
+        if transcript_id is None:
+            return
+        p = s.participant(identity)
+        try:
+            await self.submit(p, TurnRequest(transcript_id, text, identity, voice=True))
+        except Overloaded as exc:
+            await s.error(p, exc)
+
+    # -- turns ----------------------------------------------------------------------
+
+    async def _serve(self, p: Participant) -> None:
+        """Run ``p``'s queued turns one after another while ``p`` is in the room."""
+        s = self._session
+        try:
+            while s.participants.get(p.identity) is p:
+                request = await p.queue.get()
+                try:
+                    await self._run(request)
+                except Exception:  # keep serving this participant's next turns
+                    logger.exception("turn runner failed", extra={"participant": p.identity})
+        finally:
+            if self._runners.get(p.identity) is asyncio.current_task():
+                del self._runners[p.identity]
+
+    async def _run(self, request: TurnRequest) -> None:
+        s = self._session
+        if request.replaces is not None:
+            s.history[:] = _before(s.history, request.replaces)
+        turn = Turn(
+            user_id=request.user_id,
+            text=request.text,
+            answer_id=new_id(id_prefix.MESSAGE),
+            llm=self._llm,
+            options=self._options,
+            history=s.history,
+            tools=self._tools,
+            steps=s.steps,
+            seed=s.sink.last_step_index,
+            clock=self._clock,
+            keeper=self._keeper(),
+        )
+        projection = s.open_turn(request, turn.answer_id, stop=turn.stop)
+        if self._speaker is not None:
+            projection.on_sentence = self._speaker.say
+        try:
+            async with contextlib.aclosing(turn.events()) as events:
+                async for event in events:
+                    await projection.emit(event)
+        finally:
+            if not projection.ended:  # cancelled or failed mid-turn: no exchange
+                s.close_turn(projection, None)
+
+    def _keeper(self) -> Keeper:
+        """Pass-back reasoning sealed with this conversation's data key (or the master
+        key); kept in memory only when the deployment has no reasoning keys."""
+        sealer = self._session.sealer
+        if sealer is None:
+            return Keeper()
+        cid = self._session.id
+        return Keeper(lambda text: sealer.seal(cid, text), lambda value: sealer.open(value, cid))
+
+
+def _before(history: list[Exchange], user_id: str) -> list[Exchange]:
+    """History up to (not including) the exchange of ``user_id``; unchanged if absent."""
+    for i, ex in enumerate(history):
+        if ex.user_id == user_id:
+            return history[:i]
+    return history

@@ -1,0 +1,600 @@
+"""The Alicia protocol for one conversation (one room), whoever runs its turns.
+
+:class:`ProtocolSession` reads packets from a :class:`~agent.engine.transport.Transport`
+and answers them. For every packet, in this order: the sender's rate limit (token
+bucket), the size limit, decoding, the sender's stanza order, then dispatch. Bad input
+of any kind is answered with an ErrorMessage to that sender only (itself rate-limited)
+and never disturbs other participants.
+
+Turns are run by a :class:`~agent.engine.source.TurnSource` (our own
+:class:`~agent.engine.runner.TurnRunner`, or an AgentSession through its bridge); each
+turn reports its events through :meth:`ProtocolSession.open_turn`, a
+:class:`~agent.engine.projection.TurnProjection` that makes them envelopes. So every
+source sends the same traffic under the same rules.
+
+Who may do what (one rule, :meth:`ProtocolSession.may_act_for`): a participant may stop
+only turns it asked for and edit or regenerate only its own messages; a participant
+holding the operator grant (token attribute ``alicia.operator=true``, honoured only when
+it cannot update its own attributes) may do both for anyone. Refusals get ErrorMessage
+203 to the sender only. A UserMessage whose id the conversation already has gets 204.
+Types only the agent sends (ReasoningStep, answers, sentences, tool use, transcriptions)
+are refused from clients with 203 and never stored; packets from other agents in the
+room are ignored. Every refusal is counted in :attr:`ProtocolSession.refused`.
+
+Every sent envelope is stored (:class:`~agent.engine.outbox.Outbox`); of what clients
+send, only accepted UserMessages (and the ControlStops that stopped a turn) are. A client
+that resumes (Configuration naming this conversation with ``lastSequenceSeen`` L > 0,
+PROTOCOL.md §4.9) gets an Acknowledgement of L, the Configuration, then every kept
+envelope addressed to it after L, unchanged; a gap the outbox no longer covers (or an L
+this worker never sent) is answered with ErrorMessage 202.
+
+This module knows nothing of LiveKit; front ends hand it a Transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+import openai
+
+from agent.settings import Settings
+from protocol import (
+    MAX_PACKET_BYTES,
+    Acknowledgement,
+    Commentary,
+    Configuration,
+    ControlStop,
+    ControlVariation,
+    DecodeError,
+    Envelope,
+    ErrorMessage,
+    Feature,
+    OrderingError,
+    ProtocolError,
+    StepTracker,
+    Transcription,
+    UnknownBody,
+    UserMessage,
+    decode,
+    envelope,
+    error_body,
+    new_id,
+)
+from protocol import AudioChunk as _AudioChunk
+from protocol import ids as id_prefix
+
+from .outbox import Outbox, ReplayBudget, ReplayGap
+from .participants import (
+    DuplicateId,
+    InvalidState,
+    NotPermitted,
+    Overloaded,
+    PacketTooLarge,
+    Participant,
+    TurnRequest,
+    WrongConversation,
+)
+from .projection import TurnProjection
+from .sealing import DataKeys, ReasoningSealer
+from .sink import StepSink
+from .source import TurnSource
+from .transport import Left, Packet, Peer, Transport
+from .turn import Exchange
+
+__all__ = ["HISTORY_LIMIT", "ProtocolSession", "ReplayGap"]
+
+logger = logging.getLogger("alicia.conversation")
+
+HISTORY_LIMIT: Final = 200
+"""Past exchanges a conversation remembers (for owners, variations and the LLM context)."""
+_KEY_TIMEOUT_S: Final = 5.0
+_KNOWN_IDS: Final = 10_000
+"""Message ids remembered per conversation to refuse reuse (oldest forgotten first)."""
+_FROM_CLIENTS: Final = (
+    Configuration,
+    UserMessage,
+    ControlStop,
+    ControlVariation,
+    Commentary,
+    Acknowledgement,
+    _AudioChunk,
+    ErrorMessage,
+    UnknownBody,
+)
+"""Body types a client may send (PROTOCOL.md §3: C→S or both). Everything else is
+server-only here: refused, counted, never stored. ToolUseResult counts as server-only
+because this worker delegates no tool to clients; an ErrorMessage from a client is
+logged, never answered (no error ping-pong)."""
+
+
+class ProtocolSession:
+    """One conversation's protocol with every client in it (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        conversation_id: str,
+        settings: Settings,
+        transport: Transport,
+        sink: StepSink,
+        keys: DataKeys | None = None,
+        llm: openai.AsyncOpenAI | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Wire the parts; nothing runs until :meth:`run` (after :meth:`attach`).
+
+        ``llm`` serves the summarizer model (``ALICIA_SUMMARY_MODEL``), if one is set.
+        """
+        self.id = conversation_id
+        self.settings = settings
+        self.llm = llm
+        self.clock = clock
+        self.outbox = Outbox(
+            conversation_id, transport=transport, sink=sink, keep=settings.replay_keep
+        )
+        self._transport = transport
+        master = settings.reasoning_keys
+        self.sealer: ReasoningSealer | None = ReasoningSealer(master) if master else None
+        """Seals encrypted values: the conversation's data key once loaded, else the
+        master key (values then survive an erase; under ZDR nothing is stored so)."""
+        self.data_sealer: ReasoningSealer | None = None
+        """Seals with the conversation's own data key (from ``keys``), if there is one."""
+        self._keys = keys
+        self.steps = StepTracker(max_chains=256)
+        """``stepIndex`` chains of this conversation (shared by every turn)."""
+        self.participants: dict[str, Participant] = {}
+        self.history: list[Exchange] = []
+        """Finished exchanges, oldest first (at most :data:`HISTORY_LIMIT`)."""
+        self.turns: list[TurnProjection] = []
+        """Turns being served, oldest first."""
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        """Message ids of this conversation (user messages, answers), to refuse reuse."""
+        self.summary_slots = asyncio.Semaphore(settings.summary_concurrency)
+        self.late_summaries = 0
+        """Model summaries dropped because the answer had started."""
+        self.refused: Counter[str] = Counter()
+        """Incoming packets refused or dropped, by reason (for logs, metrics and tests)."""
+        self.tasks: set[asyncio.Task[Any]] = set()
+        """Background tasks of this session (summaries), cancelled by :meth:`aclose`."""
+        self.closed = False
+        self._source: TurnSource | None = None
+
+    @property
+    def sink(self) -> StepSink:
+        """Where everything sent (and accepted client input) is stored."""
+        return self.outbox.sink
+
+    @property
+    def source(self) -> TurnSource:
+        """The turn source (:meth:`attach`)."""
+        if self._source is None:
+            raise RuntimeError("no turn source attached")
+        return self._source
+
+    def attach(self, source: TurnSource) -> None:
+        """Let ``source`` run this conversation's turns (once, before :meth:`run`)."""
+        self._source = source
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve the room until the transport ends, then stop every task."""
+        try:
+            await self.load_data_key()
+            async for item in self._transport:
+                if isinstance(item, Left):
+                    self.forget(item.identity)
+                    continue
+                try:
+                    await self._on_packet(item)
+                except Exception:  # a bug must not end the room for everyone
+                    logger.exception("packet handling failed", extra={"sender": item.sender})
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the source, cancel timers and summaries, and wait for them. Idempotent."""
+        self.closed = True
+        if self._source is not None:
+            await self._source.aclose()
+        tasks = [t for t in self.tasks if not t.done()]
+        for p in self.participants.values():
+            if p.edit_timer is not None and not p.edit_timer.done():
+                tasks.append(p.edit_timer)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()
+
+    async def load_data_key(self) -> None:
+        """Fetch (or make) this conversation's data key; without one, nothing is sealed
+        with it (and under ZDR no step is stored)."""
+        if self._keys is None or self.data_sealer is not None:
+            return
+        try:
+            async with asyncio.timeout(_KEY_TIMEOUT_S):
+                key = await self._keys.data_key(self.id)
+        except Exception:
+            logger.exception("data key unavailable", extra={"conversation": self.id})
+            return
+        if key is None:
+            logger.warning(
+                "data key erased: reasoning is not stored", extra={"conversation": self.id}
+            )
+            return
+        self.data_sealer = ReasoningSealer([(f"data:{self.id}", key)])
+        self.sealer = self.data_sealer
+
+    # -- for turn sources -----------------------------------------------------------
+
+    def open_turn(
+        self, request: TurnRequest, answer_id: str, *, stop: Callable[[], None]
+    ) -> TurnProjection:
+        """Start serving a turn: its events go through the returned projection, and
+        ``stop`` is called when an authorised ControlStop (or the requester leaving)
+        ends it. The turn is served until its ``TurnEnded``."""
+        turn = TurnProjection(self, request, answer_id, stop=stop)
+        self.remember(answer_id)
+        self.turns.append(turn)
+        return turn
+
+    def close_turn(self, turn: TurnProjection, exchange: Exchange | None) -> None:
+        """``turn`` is over (called by its projection): keep its exchange, if any."""
+        if turn in self.turns:
+            self.turns.remove(turn)
+        if exchange is not None:
+            self.history.append(exchange)
+            del self.history[:-HISTORY_LIMIT]
+
+    async def transcription(self, identity: str, text: str) -> str | None:
+        """A final transcript of ``identity``'s speech: send a Transcription to every
+        client and return its id, the user message id of the turn it starts (None: empty
+        text or closed)."""
+        if self.closed or not text.strip():
+            return None
+        self.participant(identity)
+        transcript_id = new_id(id_prefix.MESSAGE)
+        body = Transcription(
+            id=transcript_id,
+            conversation_id=self.id,
+            text=text,
+            final=True,
+            previous_id=self.history[-1].answer_id if self.history else None,
+        )
+        await self.outbox.send(body, self.clients(), everyone=True)
+        self.remember(transcript_id)
+        return transcript_id
+
+    def participant(self, identity: str, peer: Peer | None = None) -> Participant:
+        """The participant ``identity`` (made on first sight)."""
+        p = self.participants.get(identity)
+        if p is None:
+            p = Participant.new(identity, self.settings, clock=self.clock)
+            self.participants[identity] = p
+        if peer is not None:
+            p.peer = peer
+        return p
+
+    def clients(self) -> list[str]:
+        """Every client that sent a valid envelope (they receive answers)."""
+        return [p.identity for p in self.participants.values() if p.active]
+
+    def remember(self, message_id: str) -> None:
+        """Note ``message_id`` as used in this conversation (reuse is refused)."""
+        self._ids[message_id] = None
+        self._ids.move_to_end(message_id)
+        while len(self._ids) > _KNOWN_IDS:
+            self._ids.popitem(last=False)
+
+    def may_act_for(self, p: Participant, owner: str | None) -> bool:
+        """The one authorisation rule: own messages and turns, or the operator grant."""
+        return p.operator or (owner is not None and owner == p.identity)
+
+    async def error(
+        self, p: Participant, exc: ProtocolError, originating_id: str | None = None
+    ) -> None:
+        """Answer ``p`` with the ErrorMessage for ``exc`` (rate-limited per participant)."""
+        logger.info(
+            "bad input from participant",
+            extra={"participant": p.identity, "code": int(exc.code), "error": str(exc)},
+        )
+        if not p.errors.take():
+            return
+        body = error_body(
+            exc, id=new_id(id_prefix.ERROR), conversation_id=self.id, originating_id=originating_id
+        )
+        await self.outbox.send(body, [p.identity])
+
+    # -- incoming packets -----------------------------------------------------------
+
+    def _features_for(self, p: Participant) -> list[str]:
+        """The Configuration reply's features: what reasoning this participant gets, as
+        granted and asked for (the server decides), then the rest."""
+        level = p.step_level
+        sealing = self.sealer is not None
+        reasoning: list[Feature] = []
+        if level == "full":
+            reasoning = [Feature.REASONING_STEPS]
+        elif level == "summary":
+            reasoning = [Feature.REASONING_SUMMARY]
+            if sealing:
+                reasoning.append(Feature.REASONING_ENCRYPTED)
+        elif level == "encrypted" and sealing:
+            reasoning = [Feature.REASONING_ENCRYPTED]
+        rest = [Feature.STREAMING]
+        if self.source.tool_use:
+            rest.append(Feature.TOOL_USE)
+        return [str(f) for f in (*reasoning, *rest)]
+
+    def _refuse(self, reason: str, sender: str, **extra: object) -> None:
+        self.refused[reason] += 1
+        logger.info(
+            "input refused",
+            extra={"reason": reason, "participant": sender, "count": self.refused[reason], **extra},
+        )
+
+    async def _on_packet(self, packet: Packet) -> None:
+        if packet.peer.kind == "agent":
+            # Another agent (a second worker, a recorder): not a client of this one.
+            self._refuse("from_agent", packet.sender)
+            return
+        p = self.participant(packet.sender, packet.peer)
+        if not p.packets.take():
+            await self.error(p, Overloaded("too many packets: slow down"))
+            return
+        if len(packet.data) > MAX_PACKET_BYTES:
+            await self.error(p, PacketTooLarge(len(packet.data), MAX_PACKET_BYTES))
+            return
+        try:
+            env = decode(packet.data)
+        except DecodeError as exc:
+            await self.error(p, exc)
+            return
+        try:
+            p.order.check(env.stanza_id)
+        except OrderingError as exc:
+            await self.error(p, exc, str(env.stanza_id))
+            return
+        body = env.body
+        if not isinstance(body, Configuration) and not self._ours(env):
+            await self.error(
+                p, WrongConversation(f"this room is conversation {self.id!r}"), _body_id(body)
+            )
+            return
+        if env.conversation_id != self.id:
+            env = msgspec.structs.replace(env, conversation_id=self.id)
+        if not isinstance(body, _FROM_CLIENTS):
+            # Only the agent sends these; one from a client is a forgery or a bug.
+            self._refuse("server_only_type", p.identity, type=int(env.type))
+            await self.error(
+                p,
+                NotPermitted(f"message type {int(env.type)} is sent by the agent only"),
+                _body_id(body),
+            )
+            return
+        p.active = True
+        try:
+            await self._dispatch(p, env)
+        except ProtocolError as exc:
+            await self.error(p, exc, _body_id(body))
+
+    def _ours(self, env: Envelope[Any]) -> bool:
+        """The envelope (and its body) name this conversation, or none at all."""
+        body_cid = getattr(env.body, "conversation_id", None)
+        return env.conversation_id in ("", self.id) and body_cid in (None, "", self.id)
+
+    async def _dispatch(self, p: Participant, env: Envelope[Any]) -> None:
+        body = env.body
+        if isinstance(body, Configuration):
+            await self._on_configuration(p, body)
+        elif isinstance(body, UserMessage):
+            await self._on_user_message(p, env, body)
+        elif isinstance(body, ControlStop):
+            await self._on_stop(p, body, env.stanza_id)
+        elif isinstance(body, ControlVariation):
+            await self._on_variation(p, body, env.stanza_id)
+        elif isinstance(body, Commentary):
+            ack = Acknowledgement(
+                conversation_id=self.id,
+                acknowledged_stanza_id=env.stanza_id,
+                acknowledged_message_id=body.id,
+            )
+            await self.outbox.send(ack, [p.identity])
+        elif isinstance(body, UnknownBody):
+            logger.info("unknown message type skipped", extra={"type": body.type_code})
+        elif isinstance(body, ErrorMessage):
+            logger.info(
+                "client reported an error",
+                extra={
+                    "participant": p.identity,
+                    "code": body.code,
+                    "originating": body.originating_id,
+                },
+            )
+        else:
+            logger.debug("message type ignored", extra={"type": env.type})
+
+    async def _on_configuration(self, p: Participant, body: Configuration) -> None:
+        if body.conversation_id and body.conversation_id != self.id:
+            raise WrongConversation(
+                f"conversation {body.conversation_id!r} is not this room's ({self.id!r}); "
+                "join its room to resume it"
+            )
+        p.apply_features(body.features)
+        reply = Configuration(conversation_id=self.id, features=self._features_for(p))
+        seen = abs(body.last_sequence_seen or 0)
+        if body.conversation_id != self.id or seen == 0:
+            p.configured = True
+            await self.outbox.send(reply, [p.identity])
+            return
+        if p.resumes is not None and not p.resumes.take():
+            self._refuse("resume_rate", p.identity)
+            raise Overloaded("too many resume requests: slow down")
+        out = self.outbox
+        async with out.lock:  # nothing else goes out between the replies and the replay
+            try:
+                replay = out.replay(
+                    seen, p.identity, p.step_level, max_bytes=self.settings.replay_max_bytes
+                )
+            except ReplayBudget:
+                self._refuse("replay_budget", p.identity)
+                raise
+            p.configured = True
+            ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
+            await out.emit(ack, [p.identity], None)
+            await out.emit(reply, [p.identity], None)
+            for data in replay:
+                await out.transmit(data, [p.identity], "replay")
+        logger.info(
+            "resumed", extra={"participant": p.identity, "seen": seen, "replayed": len(replay)}
+        )
+
+    async def _on_user_message(self, p: Participant, env: Envelope[Any], body: UserMessage) -> None:
+        if body.id in self._ids:
+            self._refuse("duplicate_id", p.identity)
+            raise DuplicateId(f"message id {body.id!r} is already used in this conversation")
+        replaces = p.pending_edit
+        if replaces is not None:
+            p.pending_edit = None
+            if p.edit_timer is not None:
+                p.edit_timer.cancel()
+                p.edit_timer = None
+        owner = self.owner(replaces) if replaces is not None else None
+        request = TurnRequest(body.id, body.content, owner or p.identity, replaces=replaces)
+        await self.source.submit(p, request)
+        self.remember(body.id)
+        self.sink.submit(env)  # an accepted user message: the only client input stored
+
+    async def _on_stop(self, p: Participant, body: ControlStop, stanza_id: int) -> None:
+        kind = body.stop_type or "generation"
+        turn = self._find_turn(body.target_id, p)
+        if body.target_id is not None:
+            if turn is not None:
+                owner: str | None = turn.request.requester
+            else:  # a finished turn, or one still waiting in a queue
+                owner = self.owner(body.target_id) or self.source.queued_owner(body.target_id)
+            if owner is not None and not self.may_act_for(p, owner):
+                self._refuse("not_permitted", p.identity, action="stop")
+                raise NotPermitted(f"{body.target_id!r} is another participant's turn")
+        if kind in ("speech", "all"):
+            speaking = self.turns[-1].request.requester if self.turns else self._last_owner()
+            if self.may_act_for(p, speaking):
+                self.source.interrupt_speech()
+        if kind in ("generation", "all") and turn is not None:
+            turn.stop(ack=(p.identity, stanza_id))  # acknowledged once the answer is closed
+            stop = ControlStop(conversation_id=self.id, target_id=turn.answer_id, stop_type=kind)
+            self.sink.submit(envelope(stop, stanza_id=stanza_id, conversation_id=self.id))
+            return
+        notes = None if kind == "speech" else "nothing to stop"
+        # A turn still waiting in a queue never started: drop it, nothing to close.
+        target = body.target_id
+        if kind != "speech" and target is not None and self.source.drop_queued(target):
+            notes = "queued turn dropped before it started"
+        ack = Acknowledgement(
+            conversation_id=self.id, acknowledged_stanza_id=stanza_id, notes=notes
+        )
+        await self.outbox.send(ack, [p.identity])
+
+    async def _on_variation(self, p: Participant, body: ControlVariation, stanza_id: int) -> None:
+        target = body.target_id
+        text = self._user_text(target)
+        if text is None:
+            raise InvalidState(f"no user message {target!r} in this conversation")
+        owner = self.owner(target)
+        if not self.may_act_for(p, owner):
+            self._refuse("not_permitted", p.identity, action=body.mode)
+            raise NotPermitted(f"{target!r} is another participant's message")
+        requester = owner or p.identity
+        if body.mode == "regenerate":
+            request: TurnRequest | None = TurnRequest(target, text, requester, replaces=target)
+        elif body.new_content is not None:
+            request = TurnRequest(new_id(id_prefix.MESSAGE), body.new_content, requester, target)
+        else:
+            request = None
+        for turn in self.turns:
+            if turn.request.user_id == target:
+                turn.stop()
+        ack = Acknowledgement(
+            conversation_id=self.id,
+            acknowledged_stanza_id=stanza_id,
+            acknowledged_message_id=target,
+        )
+        await self.outbox.send(ack, [p.identity])
+        if request is not None:
+            try:
+                await self.source.submit(p, request)
+            except ProtocolError as exc:
+                await self.error(p, exc)
+            else:
+                self.remember(request.user_id)
+            return
+        p.pending_edit = target
+        if p.edit_timer is not None:
+            p.edit_timer.cancel()
+        p.edit_timer = asyncio.create_task(self._edit_timeout(p, target))
+
+    async def _edit_timeout(self, p: Participant, target: str) -> None:
+        await asyncio.sleep(self.settings.edit_timeout_s)
+        if p.pending_edit == target:
+            p.pending_edit = None
+            p.edit_timer = None
+            await self.error(p, InvalidState(f"no UserMessage followed the edit of {target!r}"))
+
+    def forget(self, identity: str) -> None:
+        """``identity`` left: its running turns stop, its waiting ones are dropped."""
+        p = self.participants.pop(identity, None)
+        if p is None:
+            return
+        if p.edit_timer is not None:
+            p.edit_timer.cancel()
+        for turn in [t for t in self.turns if t.request.requester == identity]:
+            turn.stop()  # its source closes the answer for the others, then ends
+        if self._source is not None:
+            self._source.forget(identity)
+
+    # -- lookups --------------------------------------------------------------------
+
+    def _find_turn(self, target: str | None, p: Participant) -> TurnProjection | None:
+        if target is not None:
+            for turn in reversed(self.turns):
+                if target in (turn.answer_id, turn.request.user_id):
+                    return turn
+            return None
+        mine = [t for t in self.turns if t.request.requester == p.identity]
+        if mine:
+            return mine[-1]
+        return self.turns[-1] if self.turns and p.operator else None
+
+    def owner(self, message_id: str) -> str | None:
+        """Who asked the turn of ``message_id`` (a user message or answer id)."""
+        for turn in self.turns:
+            if message_id in (turn.request.user_id, turn.answer_id):
+                return turn.request.requester
+        for ex in reversed(self.history):
+            if message_id in (ex.user_id, ex.answer_id):
+                return ex.requester
+        return None
+
+    def _last_owner(self) -> str | None:
+        return self.history[-1].requester if self.history else None
+
+    def _user_text(self, user_id: str) -> str | None:
+        for turn in self.turns:
+            if turn.request.user_id == user_id:
+                return turn.request.text
+        for ex in reversed(self.history):
+            if ex.user_id == user_id:
+                return ex.user_text
+        return None
+
+
+def _body_id(body: object) -> str | None:
+    value = getattr(body, "id", None)
+    return value if isinstance(value, str) else None
