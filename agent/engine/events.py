@@ -100,6 +100,18 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
 
+    @classmethod
+    def from_provider(cls, usage: dict[str, Any]) -> Usage:
+        """A chat-completions ``usage`` object (reasoning tokens from
+        ``completion_tokens_details``); missing or odd values count as 0."""
+        details = usage.get("completion_tokens_details")
+        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        return cls(
+            _count(usage.get("prompt_tokens")),
+            _count(usage.get("completion_tokens")),
+            _count(reasoning),
+        )
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
@@ -137,3 +149,7 @@ TurnEvent = (
     | TurnEnded
 )
 """Any event of a turn."""
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

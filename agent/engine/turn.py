@@ -46,6 +46,7 @@ from agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, str
 from agent.llm.segmenter import StepSegmenter
 from agent.llm.sentences import SentenceStream
 from agent.llm.stream import stream_deltas, stream_response_deltas
+from agent.llm.toolcalls import ToolCall, merge_tool_call
 from agent.settings import Settings
 from protocol import ProtocolError, StepTracker, new_id
 from protocol import ids as id_prefix
@@ -133,27 +134,6 @@ class Exchange:
     """Identity of the participant whose turn this was (owner of the user message)."""
     kept: Kept | None = None
     """Reasoning the provider needs back in later turns (sealed), if its rule says so."""
-
-
-@dataclass(slots=True)
-class _ToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: str = ""
-    extra: dict[str, Any] | None = None
-    """Provider data that must come back with the call (Gemini's thought signature)."""
-
-    def message(self, *, extra: bool) -> dict[str, Any]:
-        """The call as an assistant message's ``tool_calls`` item (``extra``: with the
-        provider data the profile's pass-back rule returns)."""
-        item: dict[str, Any] = {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-        if extra and self.extra is not None:
-            item["extra_content"] = self.extra
-        return item
 
 
 class Turn:
@@ -383,7 +363,7 @@ class Turn:
         for round_no in range(rounds + 1):
             offer = schemas if round_no < rounds else None
             self._round_text.clear()
-            calls: list[_ToolCall] = []
+            calls: list[ToolCall] = []
             async for event in self._stream_round(messages, offer, calls, collector):
                 yield event
             material = collector.take() if rule != "never" else None
@@ -414,13 +394,13 @@ class Turn:
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
-        found: list[_ToolCall],
+        found: list[ToolCall],
         collector: PassBackCollector,
     ) -> AsyncGenerator[TurnEvent, None]:
         """One streamed completion: steps and answer text; its tool calls go to ``found``."""
         extractor = ReasoningExtractor(open_at_start=self._options.thinking_open)
         segmenter = StepSegmenter(max_delay=self._options.step_max_delay_s, clock=self._clock)
-        calls: dict[int, _ToolCall] = {}
+        calls: dict[int, ToolCall] = {}
         collect = collector.feed if collector.active else None
         self._round_raw = self._round_summarised = False
         deltas = self._request(messages, tools)
@@ -435,7 +415,7 @@ class Turn:
                     continue
                 for tc in delta.get("tool_calls") or ():
                     if isinstance(tc, dict):
-                        _merge_tool_call(calls, tc)
+                        merge_tool_call(calls, tc)
                 if collect is not None:
                     collect(delta)
                 for part in extractor.feed(delta):
@@ -452,13 +432,7 @@ class Turn:
                 call.id = f"call_{self.answer_id}_{i}"
 
     def _add_usage(self, usage: dict[str, Any]) -> None:
-        details = usage.get("completion_tokens_details")
-        reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
-        self._usage = (self._usage or Usage()) + Usage(
-            _int(usage.get("prompt_tokens")),
-            _int(usage.get("completion_tokens")),
-            _int(reasoning),
-        )
+        self._usage = (self._usage or Usage()) + Usage.from_provider(usage)
 
     async def _part(self, part: Part, segmenter: StepSegmenter) -> list[TurnEvent]:
         if not isinstance(part, Answer):
@@ -509,7 +483,7 @@ class Turn:
             out.append(StepReady(text, self._steps.next_index(self.user_id), closed, summary))
         return out
 
-    async def _run_tool(self, call: _ToolCall) -> AsyncIterator[TurnEvent]:
+    async def _run_tool(self, call: ToolCall) -> AsyncIterator[TurnEvent]:
         assert self._tools is not None
         request_id = new_id(id_prefix.TOOL_USE)
         try:
@@ -575,25 +549,6 @@ async def _paced(
                 await pending
 
 
-def _merge_tool_call(calls: dict[int, _ToolCall], tc: dict[str, Any]) -> None:
-    """Fold one streamed tool-call fragment (a delta's ``tool_calls`` item) into ``calls``."""
-    index = tc.get("index")
-    call = calls.setdefault(index if isinstance(index, int) else 0, _ToolCall())
-    if isinstance(tc_id := tc.get("id"), str) and tc_id:
-        call.id = tc_id
-    extra = tc.get("extra_content")
-    if isinstance(extra, dict):
-        call.extra = extra
-    function = tc.get("function")
-    if isinstance(function, dict):
-        name = function.get("name")
-        if isinstance(name, str) and name and not call.name:
-            call.name = name
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            call.arguments += arguments
-
-
 def _discard(task: asyncio.Future[Any]) -> None:
     """Cancel ``task`` if it still runs, else retrieve its outcome (no "never retrieved")."""
     if task.done():
@@ -601,7 +556,3 @@ def _discard(task: asyncio.Future[Any]) -> None:
             task.exception()
     else:
         task.cancel()
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
