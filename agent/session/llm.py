@@ -1,0 +1,425 @@
+"""An ``llm.LLM`` for livekit-agents 1.8 that keeps the model's reasoning out of speech.
+
+:class:`AliciaLLM` talks to any OpenAI-compatible endpoint (chat completions, or the
+Responses API) through the real ``openai`` client, and reads the stream with this
+project's own parts: the SSE decoder (:mod:`agent.llm.stream`), the reasoning extractor
+for every provider shape (:mod:`agent.llm.reasoning`), the provider profiles
+(:mod:`agent.llm.providers`) and the pass-back rules (:mod:`agent.llm.passback`).
+
+What an AgentSession gets from each round (``chat()``):
+
+* answer text as ``ChatChunk`` content: the only text that reaches TTS and the
+  transcript;
+* reasoning only in ``ChoiceDelta.extra`` under :data:`REASONING_EXTRA` (content
+  ``None``). The session merges each chunk's ``extra`` into the assistant message it
+  stores (``dict.update``), so the key is set back to ``None`` on the first answer
+  chunk after reasoning and at the end of the round: no plaintext reasoning is left on
+  the chat history;
+* tool calls as ``FunctionToolCall`` (so the session's own ``@function_tool``\\ s run).
+  What the provider's pass-back rule needs back on the next round (DeepSeek V4's
+  ``reasoning_content``, OpenRouter's ``reasoning_details``, Responses reasoning items)
+  rides on the first call's ``extra`` under :data:`PASSBACK_EXTRA`, sealed by the
+  :class:`~agent.engine.keeper.Keeper` when it has a key, and goes back only into the
+  assistant message of that tool round. Gemini's thought signature rides on each call's
+  ``extra["google"]`` and goes back only under the ``gemini`` profile;
+* usage, with reasoning tokens.
+
+Observers (:meth:`AliciaLLM.observe`) see each round as it streams: its reasoning in
+order, its answer text, its tool calls, usage and error. The reasoning bridge
+(:mod:`agent.session.bridge`) is one. Callbacks are plain synchronous calls made in the
+round's task (so in the context of the AgentSession speech that asked for it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Callable
+from typing import Any, Final, Literal, Never, Protocol
+
+import openai
+from livekit.agents import llm
+from livekit.agents._exceptions import APIConnectionError, APIStatusError, APITimeoutError
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions
+from livekit.agents.types import NotGivenOr as _NotGivenOr
+
+from agent.engine.events import Usage
+from agent.engine.keeper import Keeper, Kept
+from agent.llm.passback import (
+    PASSBACK_KEY,
+    PassBackCollector,
+    chat_messages,
+    responses_input,
+    responses_tools,
+)
+from agent.llm.providers import Effort, Profile, resolve
+from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
+from agent.llm.stream import stream_deltas, stream_response_deltas
+from agent.llm.toolcalls import ToolCall, merge_tool_call
+from agent.settings import Settings
+from protocol import new_id
+
+__all__ = ["PASSBACK_EXTRA", "REASONING_EXTRA", "AliciaLLM", "RoundObserver"]
+
+logger = logging.getLogger("alicia.session.llm")
+
+REASONING_EXTRA: Final = "alicia_reasoning"
+"""``ChoiceDelta.extra`` key of a reasoning piece (``None`` once the piece is over)."""
+PASSBACK_EXTRA: Final = "alicia_passback"
+"""``FunctionToolCall.extra`` key of the round's pass-back material (a sealed value)."""
+
+
+class RoundObserver(Protocol):
+    """Sees every LLM round of an :class:`AliciaLLM` as it streams."""
+
+    def round_started(self, round_id: str) -> None:
+        """A round (one ``chat()`` stream) starts."""
+        ...
+
+    def reasoning(self, round_id: str, text: str, *, summary: bool) -> None:
+        """A piece of reasoning, in order (``summary``: the provider's own summary)."""
+        ...
+
+    def answer(self, round_id: str, text: str) -> None:
+        """A piece of answer text, in order."""
+        ...
+
+    def round_ended(
+        self,
+        round_id: str,
+        *,
+        tool_calls: list[llm.FunctionToolCall],
+        usage: Usage | None,
+        error: BaseException | None,
+    ) -> None:
+        """The round is over: its tool calls, usage and error (if it failed)."""
+        ...
+
+
+class AliciaLLM(llm.LLM[Never]):
+    """Any OpenAI-compatible model, with its reasoning kept out of speech."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str,
+        api_key: str = "none",
+        provider: str | None = None,
+        api: Literal["chat", "responses"] = "chat",
+        effort: Effort | None = None,
+        thinking_open: bool = False,
+        client: openai.AsyncOpenAI | None = None,
+        keeper: Keeper | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
+        """``provider`` names a profile (None: detected from ``base_url``, else generic);
+        ``keeper`` seals pass-back material (None: kept in memory)."""
+        super().__init__()
+        self._model = model
+        self._base_url = base_url
+        self._profile: Profile = resolve(provider, base_url, model)[0]
+        self._api = api
+        self._effort = effort
+        self._thinking_open = thinking_open
+        self._own_client = client is None
+        self._client = client or openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout_s,
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient(timeout=timeout_s),
+        )
+        self._keeper = keeper or Keeper()
+        self._observers: list[RoundObserver] = []
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, conversation_id: str = "") -> AliciaLLM:
+        """The LLM a worker configured with ``settings`` uses (``LLM_*``, effort, keys)."""
+        keeper = Keeper()
+        if settings.reasoning_keys:
+            from agent.engine.sealing import ReasoningSealer
+
+            sealer = ReasoningSealer(settings.reasoning_keys)
+            aad = conversation_id or "passback"
+            keeper = Keeper(lambda t: sealer.seal(aad, t), lambda v: sealer.open(v, aad))
+        return cls(
+            model=settings.llm_model,
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_api_key,
+            provider=settings.llm_provider,
+            api=settings.llm_api,
+            effort=settings.reasoning_effort,
+            thinking_open=settings.llm_thinking_open,
+            keeper=keeper,
+            timeout_s=settings.llm_timeout_s,
+        )
+
+    @property
+    def model(self) -> str:
+        """The model name sent with each request."""
+        return self._model
+
+    @property
+    def provider(self) -> str:
+        """The provider profile's name."""
+        return self._profile.name
+
+    @property
+    def profile(self) -> Profile:
+        """The provider profile (pass-back rule and form, effort form)."""
+        return self._profile
+
+    def observe(self, observer: RoundObserver) -> Callable[[], None]:
+        """Report every round to ``observer``; returns the call that stops it."""
+        self._observers.append(observer)
+
+        def unobserve() -> None:
+            with contextlib.suppress(ValueError):
+                self._observers.remove(observer)
+
+        return unobserve
+
+    def chat(
+        self,
+        *,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool] | None = None,
+        conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS,
+        parallel_tool_calls: _NotGivenOr[bool] = NOT_GIVEN,
+        tool_choice: _NotGivenOr[llm.ToolChoice] = NOT_GIVEN,
+        extra_kwargs: _NotGivenOr[dict[str, Any]] = NOT_GIVEN,
+    ) -> AliciaStream:
+        """One streamed round for ``chat_ctx`` (see the module docstring)."""
+        return AliciaStream(
+            self,
+            chat_ctx=chat_ctx,
+            tools=tools or [],
+            conn_options=conn_options,
+            tool_choice=tool_choice if isinstance(tool_choice, str | dict) else None,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client this LLM made (not one it was given)."""
+        if self._own_client:
+            await self._client.close()
+        await super().aclose()
+
+    # -- used by the stream ---------------------------------------------------------
+
+    def _request(
+        self,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool],
+        tool_choice: Any,
+        timeout: float,
+        on_usage: Callable[[dict[str, Any]], None],
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The streamed request for ``chat_ctx`` in the configured API's shape."""
+        transcript = self._transcript(chat_ctx)
+        schemas = llm.ToolContext(tools).parse_function_tools("openai", strict=False)
+        extra: dict[str, Any] = {"timeout": timeout}
+        effort = self._profile.effort_params(self._effort, self._api)
+        if effort:
+            extra["extra_body"] = effort
+        if schemas and tool_choice is not None:
+            extra["tool_choice"] = tool_choice
+        if self._api == "responses":
+            instructions, items = responses_input(transcript)
+            if instructions is not None:
+                extra["instructions"] = instructions
+            if schemas:
+                extra["tools"] = responses_tools(schemas)
+            return stream_response_deltas(
+                self._client,
+                model=self._model,
+                input=items,
+                on_usage=on_usage,
+                **self._profile.responses_params(),
+                **extra,
+            )
+        if schemas:
+            extra["tools"] = schemas
+        return stream_deltas(
+            self._client,
+            model=self._model,
+            messages=chat_messages(transcript),
+            on_usage=on_usage,
+            stream_options={"include_usage": True},
+            **extra,
+        )
+
+    def _transcript(self, chat_ctx: llm.ChatContext) -> list[dict[str, Any]]:
+        """``chat_ctx`` as chat-completions messages, pass-back material restored where
+        the profile's rule needs it (and opened only now)."""
+        messages, _ = chat_ctx.to_provider_format(format="openai")
+        calls = {
+            item.call_id: item for item in chat_ctx.items if isinstance(item, llm.FunctionCall)
+        }
+        rule, form = self._passback
+        answers = {
+            item.text_content: item.extra.get(PASSBACK_EXTRA)
+            for item in chat_ctx.items
+            if isinstance(item, llm.ChatMessage) and item.role == "assistant"
+        }
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            message = dict(message)
+            carried = answers.get(message.get("content")) if rule == "all_turns" else None
+            if message.get("role") == "assistant" and isinstance(carried, dict):
+                message[PASSBACK_KEY] = self._keeper.open(Kept(**carried))
+            tool_calls = message.get("tool_calls")
+            if message.get("role") == "assistant" and tool_calls:
+                rendered = []
+                for call in tool_calls:
+                    call = dict(call)
+                    if form != "thought_signature":
+                        call.pop("extra_content", None)
+                    rendered.append(call)
+                    item = calls.get(call.get("id", ""))
+                    kept = item.extra.get(PASSBACK_EXTRA) if item is not None else None
+                    if rule != "never" and isinstance(kept, dict):
+                        message[PASSBACK_KEY] = self._keeper.open(Kept(**kept))
+                message["tool_calls"] = rendered
+                message.setdefault("content", None)
+            out.append(message)
+        return out
+
+    @property
+    def _passback(self) -> tuple[str, str]:
+        if self._api == "responses":
+            return "all_turns", "reasoning_items"
+        return self._profile.passback, self._profile.passback_form
+
+
+class AliciaStream(llm.LLMStream):
+    """One round of an :class:`AliciaLLM` as livekit-agents chat chunks."""
+
+    def __init__(
+        self,
+        llm_: AliciaLLM,
+        *,
+        chat_ctx: llm.ChatContext,
+        tools: list[llm.Tool],
+        conn_options: APIConnectOptions,
+        tool_choice: Any,
+    ) -> None:
+        """Starts streaming at once (livekit-agents' LLMStream runs ``_run``)."""
+        self._alicia = llm_
+        self._tool_choice = tool_choice
+        super().__init__(llm_, chat_ctx=chat_ctx, tools=tools, conn_options=conn_options)
+
+    async def _run(self) -> None:
+        owner = self._alicia
+        round_id = new_id("rnd")
+        observers = list(owner._observers)
+        for o in observers:
+            o.round_started(round_id)
+        usage: Usage | None = None
+        calls: dict[int, ToolCall] = {}
+        extractor = ReasoningExtractor(open_at_start=owner._thinking_open)
+        rule, form = owner._passback
+        collector = PassBackCollector(form)  # type: ignore[arg-type]
+        sent = False
+        reasoning_open = False
+        error: BaseException | None = None
+        out: list[llm.FunctionToolCall] = []
+
+        def on_usage(raw: dict[str, Any]) -> None:
+            nonlocal usage
+            usage = (usage or Usage()) + Usage.from_provider(raw)
+
+        def emit(parts: list[Any]) -> None:
+            nonlocal sent, reasoning_open
+            for part in parts:
+                if isinstance(part, Answer):
+                    extra = {REASONING_EXTRA: None} if reasoning_open else None
+                    reasoning_open = False
+                    delta = llm.ChoiceDelta(role="assistant", content=part.text, extra=extra)
+                    for o in observers:
+                        o.answer(round_id, part.text)
+                else:
+                    reasoning_open = True
+                    delta = llm.ChoiceDelta(role="assistant", extra={REASONING_EXTRA: part.text})
+                    for o in observers:
+                        o.reasoning(round_id, part.text, summary=not isinstance(part, Reasoning))
+                self._event_ch.send_nowait(llm.ChatChunk(id=round_id, delta=delta))
+                sent = True
+
+        try:
+            deltas = owner._request(
+                self._chat_ctx, self._tools, self._tool_choice, self._conn_options.timeout, on_usage
+            )
+            async with contextlib.aclosing(deltas) as stream:
+                async for delta in stream:
+                    for tc in delta.get("tool_calls") or ():
+                        if isinstance(tc, dict):
+                            merge_tool_call(calls, tc)
+                    if collector.active:
+                        collector.feed(delta)
+                    emit(extractor.feed(delta))
+            emit(extractor.flush())
+            material = collector.take() if rule != "never" else None
+            kept = owner._keeper.keep(material)
+            for i in sorted(calls):
+                call = calls[i]
+                extra: dict[str, Any] = dict(call.extra or {})
+                if kept is not None and not out:
+                    extra[PASSBACK_EXTRA] = {"sealed": kept.sealed, "plain": kept.plain}
+                out.append(
+                    llm.FunctionToolCall(
+                        name=call.name or "unnamed",
+                        arguments=call.arguments or "{}",
+                        call_id=call.id or f"call_{round_id}_{i}",
+                        extra=extra or None,
+                    )
+                )
+            if kept is not None and not out and rule == "all_turns":
+                # Carried into later turns on the stored assistant message (its extra).
+                carried = {PASSBACK_EXTRA: {"sealed": kept.sealed, "plain": kept.plain}}
+                self._event_ch.send_nowait(
+                    llm.ChatChunk(id=round_id, delta=llm.ChoiceDelta(extra=carried))
+                )
+            if out:
+                self._event_ch.send_nowait(
+                    llm.ChatChunk(
+                        id=round_id, delta=llm.ChoiceDelta(role="assistant", tool_calls=out)
+                    )
+                )
+            if usage is not None:
+                self._event_ch.send_nowait(llm.ChatChunk(id=round_id, usage=_completion(usage)))
+        except openai.APITimeoutError as exc:
+            error = exc
+            raise APITimeoutError(retryable=not sent) from None
+        except openai.APIStatusError as exc:
+            error = exc
+            raise APIStatusError(
+                exc.message,
+                status_code=exc.status_code,
+                request_id=exc.request_id,
+                body=exc.body,
+                retryable=not sent,
+            ) from None
+        except openai.APIError as exc:
+            error = exc
+            raise APIConnectionError(str(exc), retryable=not sent) from exc
+        finally:
+            if reasoning_open:  # no plaintext reasoning left on the stored message
+                with contextlib.suppress(Exception):
+                    self._event_ch.send_nowait(
+                        llm.ChatChunk(
+                            id=round_id,
+                            delta=llm.ChoiceDelta(role="assistant", extra={REASONING_EXTRA: None}),
+                        )
+                    )
+            for o in observers:
+                o.round_ended(round_id, tool_calls=out, usage=usage, error=error)
+
+
+def _completion(usage: Usage) -> llm.CompletionUsage:
+    return llm.CompletionUsage(
+        completion_tokens=usage.completion_tokens,
+        prompt_tokens=usage.prompt_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
+        total_tokens=usage.prompt_tokens + usage.completion_tokens,
+    )
