@@ -1,0 +1,526 @@
+"""The Alicia protocol inside anyone's AgentSession: reasoning to the room, never to TTS.
+
+:func:`attach_reasoning` attaches a :class:`ReasoningBridge` to a running
+``livekit.agents.AgentSession`` and its room. The bridge is a
+:class:`~agent.engine.source.TurnSource` for the engine's
+:class:`~agent.engine.session.ProtocolSession`: the AgentSession runs the turns (VAD,
+endpointing, interruptions, STT, LLM, tools, TTS) and the bridge reports each of them to
+the protocol clients in the room, through the same projection and under the same rules
+(grants, visibility levels, encrypted values, ZDR, storage) as the worker's own turns:
+
+* each final user transcript -> a Transcription (its id is the turn's user message);
+* each speech of the agent -> one turn: ReasoningSteps from the LLM's reasoning (the
+  :class:`~agent.session.llm.AliciaLLM` reports it to the bridge; it never reaches
+  the chat chunks' content, so never TTS or the transcript), ToolUseRequest/Result
+  from the session's own tool calls, StartAnswer and AssistantSentences from what the
+  agent says, and the end (``stopped`` when the speech was interrupted: the answer is
+  what was spoken, closed as partial);
+* a UserMessage from a protocol client -> ``generate_reply(user_input=...)``;
+* an authorised ControlStop -> the speech is interrupted.
+
+The bridge never changes what the session speaks. With an LLM that does not report
+reasoning (livekit's own plugins), it still reports transcripts, tools and answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from livekit import rtc
+from livekit.agents import AgentSession, llm
+from livekit.agents.voice import SpeechHandle
+from livekit.agents.voice.events import (
+    CloseEvent,
+    FunctionToolsExecutedEvent,
+    SpeechCreatedEvent,
+    UserInputTranscribedEvent,
+)
+
+from agent.engine.assembler import TurnAssembler
+from agent.engine.events import TurnEvent, TurnStatus, Usage
+from agent.engine.participants import (
+    InvalidState,
+    LLMUnavailable,
+    Overloaded,
+    Participant,
+    TurnRequest,
+)
+from agent.engine.projection import TurnProjection
+from agent.engine.session import ProtocolSession
+from agent.engine.sink import StepSink
+from agent.engine.tools import Outcome, ToolError, parse_arguments
+from agent.rooms.transport import RoomTransport
+from agent.settings import Settings
+from protocol import ids as id_prefix
+from protocol import new_id
+
+if TYPE_CHECKING:
+    from agent.engine.sealing import DataKeys
+
+__all__ = ["ReasoningBridge", "attach_reasoning"]
+
+logger = logging.getLogger("alicia.bridge")
+
+_MAX_PENDING: Final = 65_536
+"""Observed pieces waiting to be sent (a turn's tokens); past it they are dropped."""
+_SEED_TIMEOUT_S: Final = 1.0
+_TOOL_TIMEOUT_MS: Final = 30_000
+"""``timeoutMs`` announced for the session's tools (livekit-agents sets none)."""
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Turn:
+    """One speech of the agent as a protocol turn."""
+
+    handle: SpeechHandle
+    request: TurnRequest | None = None
+    assembler: TurnAssembler | None = None
+    projection: TurnProjection | None = None
+    tool_ids: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The session's tool ``call_id`` -> the ToolUseRequest id sent for it."""
+    failed: LLMUnavailable | None = None
+
+
+class ReasoningBridge:
+    """Reports an AgentSession's turns to the protocol clients of its room."""
+
+    def __init__(
+        self,
+        agent_session: AgentSession[Any],
+        room: rtc.Room,
+        *,
+        settings: Settings,
+        sink: StepSink,
+        keys: DataKeys | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        """Nothing runs until :meth:`start`."""
+        self._agent_session = agent_session
+        self._room = room
+        self._settings = settings
+        self._sink = sink
+        self._keys = keys
+        self._conversation_id = conversation_id or room.name
+        self._transport: RoomTransport | None = None
+        self.session: ProtocolSession | None = None
+        self._pending: deque[Callable[[], Any]] = deque()
+        self._wake = asyncio.Event()
+        self._turns: dict[str, _Turn] = {}
+        """Open turns by speech id."""
+        self._requests: dict[str, TurnRequest] = {}
+        """Protocol UserMessages by the id of the speech that answers them."""
+        self._heard: list[tuple[str, str, str]] = []
+        """Final transcripts not yet answered: (user message id, identity, text)."""
+        self._tasks: list[asyncio.Task[None]] = []
+        self._unobserve: Callable[[], None] | None = None
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Join the protocol topic of the room and follow the session's events."""
+        self._transport = RoomTransport(self._room).start()
+        self.session = ProtocolSession(
+            conversation_id=self._conversation_id,
+            settings=self._settings,
+            transport=self._transport,
+            sink=self._sink,
+            keys=self._keys,
+        )
+        self.session.attach(self)
+        s = self._agent_session
+        s.on("user_input_transcribed", self._on_transcribed)
+        s.on("speech_created", self._on_speech_created)
+        s.on("function_tools_executed", self._on_tools_executed)
+        s.on("close", self._on_close)
+        observe = getattr(s.llm, "observe", None)
+        if callable(observe):
+            self._unobserve = observe(self)
+        else:
+            logger.warning(
+                "the session's LLM does not report reasoning: no ReasoningSteps are sent "
+                "(use agent.session.AliciaLLM)"
+            )
+        self._tasks = [
+            asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
+            asyncio.create_task(self._pump(), name="alicia-bridge-pump"),
+        ]
+
+    async def aclose(self) -> None:
+        """Stop following the session, close the protocol session and storage."""
+        if self._closed:
+            return
+        self._closed = True
+        s = self._agent_session
+        s.off("user_input_transcribed", self._on_transcribed)
+        s.off("speech_created", self._on_speech_created)
+        s.off("function_tools_executed", self._on_tools_executed)
+        s.off("close", self._on_close)
+        if self._unobserve is not None:
+            self._unobserve()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.session is not None:
+            await self.session.aclose()
+        if self._transport is not None:
+            await self._transport.aclose()
+        await self._sink.aclose()
+        close_keys = getattr(self._keys, "aclose", None)
+        if close_keys is not None:
+            await close_keys()
+
+    def _on_close(self, _: CloseEvent) -> None:
+        task = asyncio.ensure_future(self.aclose())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    # -- TurnSource -----------------------------------------------------------------
+
+    @property
+    def tool_use(self) -> bool:
+        """The session's tools run server-side."""
+        return True
+
+    @property
+    def speaks(self) -> bool:
+        """Answers are spoken when the session has a TTS."""
+        return self._agent_session.tts is not None
+
+    async def submit(self, p: Participant, request: TurnRequest) -> None:
+        """A protocol client's UserMessage: the session answers it like typed input."""
+        if request.replaces is not None:
+            raise InvalidState("this agent cannot edit or regenerate earlier messages")
+        if len(self._requests) >= self._settings.queue_size:
+            raise Overloaded(f"{len(self._requests)} turns already waiting")
+        handle = self._agent_session.generate_reply(user_input=request.text)
+        self._requests[handle.id] = request
+
+    def queued_owner(self, user_id: str) -> str | None:
+        """Who asked the not yet answered UserMessage ``user_id``."""
+        for request in self._requests.values():
+            if request.user_id == user_id:
+                return request.requester
+        return None
+
+    def drop_queued(self, user_id: str) -> bool:
+        """A speech is never dropped before it starts; it is interrupted once it does."""
+        return False
+
+    def interrupt_speech(self) -> None:
+        """Interrupt what the agent is saying."""
+        with contextlib.suppress(RuntimeError):
+            self._agent_session.interrupt()
+
+    def forget(self, identity: str) -> None:
+        """Nothing waits per participant here."""
+
+    # -- what the session does ------------------------------------------------------
+
+    def _later(self, action: Callable[[], Any]) -> None:
+        """Run ``action`` (sync, or returning an awaitable) in order on the pump."""
+        if len(self._pending) >= _MAX_PENDING:
+            logger.warning("bridge queue full: an observed piece is dropped")
+            return
+        self._pending.append(action)
+        self._wake.set()
+
+    def _on_transcribed(self, ev: UserInputTranscribedEvent) -> None:
+        if ev.is_final and ev.transcript.strip():
+            identity = ev.speaker_id or self._speaker()
+            self._later(lambda: self._transcribed(identity, ev.transcript))
+
+    async def _transcribed(self, identity: str, text: str) -> None:
+        assert self.session is not None
+        user_id = await self.session.transcription(identity, text)
+        if user_id is not None:
+            self._heard.append((user_id, identity, text))
+
+    def _on_speech_created(self, ev: SpeechCreatedEvent) -> None:
+        handle = ev.speech_handle
+        self._later(lambda: self._open(handle))
+        handle.add_done_callback(lambda h: self._later(lambda: self._close(h)))
+
+    def _on_tools_executed(self, ev: FunctionToolsExecutedEvent) -> None:
+        outputs = [(call.call_id, out.output, out.is_error) for call, out in ev.zipped()]
+        self._later(lambda: self._tools_done(outputs))
+
+    # -- what the LLM reports (agent.session.llm) -----------------------------------
+
+    def round_started(self, round_id: str) -> None:
+        """An LLM round of the current speech starts."""
+        turn = self._current_turn()
+        if turn is not None:
+            self._later(lambda: self._piece(turn, _new_round))
+
+    def reasoning(self, round_id: str, text: str, *, summary: bool) -> None:
+        """Reasoning text of the current speech's round, as it streams."""
+        turn = self._current_turn()
+        if turn is not None:
+            self._later(lambda: self._piece(turn, lambda a: a.reasoning(text, summary=summary)))
+
+    def answer(self, round_id: str, text: str) -> None:
+        """Answer text of the current speech's round, as it streams."""
+        turn = self._current_turn()
+        if turn is not None:
+            self._later(lambda: self._piece(turn, lambda a: a.answer_text(text)))
+
+    def round_ended(
+        self,
+        round_id: str,
+        *,
+        tool_calls: Sequence[llm.FunctionToolCall],
+        usage: Usage | None,
+        error: BaseException | None,
+    ) -> None:
+        """The round is over: its tool calls (run next by the session), usage, error."""
+        turn = self._current_turn()
+        if turn is None:
+            return
+        calls = list(tool_calls)
+        self._later(lambda: self._round_end(turn, calls, usage, error))
+
+    def _current_turn(self) -> _Turn | None:
+        """The turn of the speech whose LLM round is running in this task."""
+        handle = _speech_of_task() or self._agent_session.current_speech
+        return self._turns.get(handle.id) if handle is not None else None
+
+    # -- the pump -------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        """Apply observed actions in order; cut steps that are due in between."""
+        while True:
+            while self._pending:
+                action = self._pending.popleft()
+                try:
+                    result = action()
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    logger.exception("bridge action failed")
+            self._wake.clear()
+            timeout = self._next_due()
+            if timeout is None:
+                await self._wake.wait()
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            for turn in list(self._turns.values()):
+                await self._piece(turn, lambda a: a.poll())
+
+    def _next_due(self) -> float | None:
+        dues = [
+            due
+            for t in self._turns.values()
+            if t.assembler is not None and (due := t.assembler.due()) is not None
+        ]
+        return max(0.0, min(dues) - time.monotonic()) if dues else None
+
+    async def _open(self, handle: SpeechHandle) -> None:
+        assert self.session is not None
+        if handle.id in self._turns or (handle.done() and not handle.chat_items):
+            return
+        request = self._requests.pop(handle.id, None)
+        if request is None:
+            if self._heard:
+                user_id = self._heard[-1][0]
+                identity = self._heard[-1][1]
+                text = " ".join(h[2] for h in self._heard)
+            else:  # the agent speaks first (a greeting) or answers typed input
+                user_id = new_id(id_prefix.MESSAGE)
+                identity = self._speaker()
+                text = ""
+            request = TurnRequest(user_id, text, identity, voice=True)
+        self._heard.clear()
+        turn = _Turn(handle, request)
+        self._turns[handle.id] = turn
+        await self._seed(request.user_id)
+        turn.assembler = TurnAssembler(
+            request.user_id,
+            self.session.steps,
+            step_max_delay_s=self._settings.step_max_delay_s,
+        )
+        turn.projection = self.session.open_turn(
+            request, new_id(id_prefix.MESSAGE), stop=lambda: self._interrupt(handle)
+        )
+        model = getattr(self._agent_session.llm, "model", None)
+        if isinstance(model, str):
+            turn.projection.model = model
+
+    async def _seed(self, user_id: str) -> None:
+        """Continue a stored ``stepIndex`` chain (at most 1 s for storage to answer)."""
+        assert self.session is not None
+        steps = self.session.steps
+        try:
+            async with asyncio.timeout(_SEED_TIMEOUT_S):
+                last = await self._sink.last_step_index(user_id)
+        except Exception:
+            logger.warning("stored step index unavailable", extra={"previous_id": user_id})
+            last = 0
+        steps.seed(user_id, max(last, steps.last_index(user_id)))
+
+    def _interrupt(self, handle: SpeechHandle) -> None:
+        with contextlib.suppress(RuntimeError):
+            handle.interrupt(force=True)
+
+    async def _piece(self, turn: _Turn, make: Callable[[TurnAssembler], list[TurnEvent]]) -> None:
+        if turn.assembler is None or turn.assembler.ended:
+            return
+        await self._emit(turn, make(turn.assembler))
+
+    async def _emit(self, turn: _Turn, events: list[TurnEvent]) -> None:
+        assert turn.projection is not None
+        for event in events:
+            await turn.projection.emit(event)
+
+    async def _round_end(
+        self,
+        turn: _Turn,
+        calls: list[llm.FunctionToolCall],
+        usage: Usage | None,
+        error: BaseException | None,
+    ) -> None:
+        a = turn.assembler
+        if a is None or a.ended:
+            return
+        if usage is not None:
+            a.add_usage(usage)
+        if error is not None:
+            turn.failed = LLMUnavailable(f"the language model failed: {type(error).__name__}")
+        for call in calls:
+            request_id = new_id(id_prefix.TOOL_USE)
+            turn.tool_ids[call.call_id] = request_id
+            try:
+                parameters = parse_arguments(call.arguments)
+            except ToolError:
+                parameters = {"raw": call.arguments}
+            await self._emit(
+                turn, a.tool_requested(request_id, call.name, parameters, _TOOL_TIMEOUT_MS)
+            )
+
+    async def _tools_done(self, outputs: list[tuple[str, str, bool]]) -> None:
+        for call_id, output, is_error in outputs:
+            for turn in self._turns.values():
+                request_id = turn.tool_ids.pop(call_id, None)
+                if request_id is None or turn.assembler is None:
+                    continue
+                if is_error:
+                    error = _result(output)
+                    code, message = error.get("error"), error.get("message")
+                    outcome = Outcome(
+                        False,
+                        error_code=code if isinstance(code, str) else "tool_error",
+                        error_message=message if isinstance(message, str) else output,
+                    )
+                else:
+                    outcome = Outcome(True, result=_result(output))
+                await self._emit(turn, turn.assembler.tool_finished(request_id, outcome))
+
+    async def _close(self, handle: SpeechHandle) -> None:
+        turn = self._turns.pop(handle.id, None)
+        if turn is None or turn.assembler is None:
+            return
+        a = turn.assembler
+        spoken = " ".join(
+            item.text_content or ""
+            for item in handle.chat_items
+            if isinstance(item, llm.ChatMessage) and item.role == "assistant"
+        ).strip()
+        if not a.answer and spoken:  # said without an LLM round (session.say)
+            await self._emit(turn, a.answer_text(spoken))
+        status: TurnStatus = "complete"
+        error = None
+        if turn.failed is not None or _failed(handle):
+            status, error = "failed", turn.failed or LLMUnavailable("the reply failed")
+        elif handle.interrupted:
+            status = "stopped"
+        answer = spoken if handle.interrupted else None
+        await self._emit(turn, a.end(status, answer=answer, error=error))
+
+    def _speaker(self) -> str:
+        """The identity of the participant the session listens to."""
+        with contextlib.suppress(Exception):
+            linked = self._agent_session.room_io.linked_participant
+            if linked is not None:
+                return linked.identity
+        return self._room.local_participant.identity
+
+
+def _new_round(a: TurnAssembler) -> list[TurnEvent]:
+    a.round_started()
+    return []
+
+
+def _speech_of_task() -> SpeechHandle | None:
+    """The speech whose task runs now (livekit-agents keeps it in a context variable)."""
+    try:
+        from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
+    except ImportError:  # pragma: no cover - a livekit-agents without it
+        return None
+    return _SpeechHandleContextVar.get(None)
+
+
+def _failed(handle: SpeechHandle) -> bool:
+    with contextlib.suppress(asyncio.InvalidStateError):
+        return handle.exception() is not None
+    return False
+
+
+def _result(output: str) -> dict[str, Any]:
+    """A tool's output as the ToolUseResult ``result`` object."""
+    try:
+        value = parse_arguments(output)
+    except ToolError:
+        return {"output": output}
+    return value
+
+
+async def attach_reasoning(
+    agent_session: AgentSession[Any],
+    room: rtc.Room,
+    *,
+    settings: Settings | None = None,
+    conversation_id: str | None = None,
+) -> ReasoningBridge:
+    """Speak the Alicia protocol in ``room`` for ``agent_session`` (started with that room).
+
+    Settings come from the environment as for the worker (``ALICIA_REASONING_VISIBILITY``,
+    ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
+    variables are not needed here. The bridge closes with the session.
+    """
+    from agent.rooms.worker import open_keys, open_sink  # storage only when configured
+
+    if settings is None:
+        settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
+    sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
+    bridge = ReasoningBridge(
+        agent_session,
+        room,
+        settings=settings,
+        sink=sink,
+        keys=open_keys(settings),
+        conversation_id=conversation_id,
+    )
+    await bridge.start()
+    return bridge
+
+
+def session_settings(env: Mapping[str, str], *, model: object = "") -> Settings:
+    """:class:`Settings` from ``env`` for a bridge: the worker's variables that only the
+    worker needs (LiveKit and LLM endpoints) may be absent."""
+    defaults = {
+        "LIVEKIT_URL": "ws://unused",
+        "LIVEKIT_API_KEY": "unused",
+        "LIVEKIT_API_SECRET": "unused",
+        "LLM_BASE_URL": "http://unused",
+        "LLM_MODEL": model if isinstance(model, str) and model else "unknown",
+    }
+    return Settings.from_env({**defaults, **{k: v for k, v in env.items() if v.strip()}})
