@@ -130,6 +130,10 @@ class Settings:
     edit_timeout_s: float = 5.0
     """``ALICIA_EDIT_TIMEOUT`` (default 5): seconds to wait for the new UserMessage after a
     ControlVariation ``edit`` before answering with an ErrorMessage."""
+    voice_mode: Literal["offline"] | None = None
+    """``ALICIA_VOICE`` (default unset = text only): ``offline`` serves voice rooms with
+    offline speech: Silero VAD, pocketsphinx STT and Debian's espeak-ng TTS, run by a
+    livekit-agents AgentSession (``ALICIA_STT``/``ALICIA_TTS`` replace either part)."""
     stt: str | None = None
     """``ALICIA_STT`` (default unset = text only): ``module:callable`` returning a streaming
     ``livekit.agents.stt.STT``, e.g. ``livekit.plugins.deepgram:STT``."""
@@ -180,8 +184,8 @@ class Settings:
 
     @property
     def voice(self) -> bool:
-        """True if an STT or TTS plugin is configured."""
-        return self.stt is not None or self.tts is not None
+        """True if rooms are served with speech (``ALICIA_VOICE``, an STT or TTS plugin)."""
+        return self.voice_mode is not None or self.stt is not None or self.tts is not None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -227,6 +231,7 @@ class Settings:
             error_rate_per_s=r.number("ALICIA_ERROR_RATE", 2.0, low=0.01),
             error_burst=r.integer("ALICIA_ERROR_BURST", 5, low=1),
             edit_timeout_s=r.number("ALICIA_EDIT_TIMEOUT", 5.0, low=0.1),
+            voice_mode=_voice(r.optional("ALICIA_VOICE")),
             stt=r.optional("ALICIA_STT"),
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
@@ -278,6 +283,15 @@ def _effort(value: str | None) -> Literal["none", "low", "medium", "high"] | Non
             f"ALICIA_REASONING_EFFORT must be none, low, medium or high, not {value!r}"
         )
     return effort
+
+
+def _voice(value: str | None) -> Literal["offline"] | None:
+    mode = (value or "off").strip().lower()
+    if mode == "offline":
+        return "offline"
+    if mode in ("off", "none", "false", "0"):
+        return None
+    raise SettingsError(f"ALICIA_VOICE must be offline or off, not {value!r}")
 
 
 def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "none"]:

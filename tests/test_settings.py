@@ -139,3 +139,24 @@ def test_settings_are_frozen() -> None:
     s = Settings.from_env(REQUIRED)
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.llm_model = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("env", "voice_mode", "voice"),
+    [
+        ({}, None, False),
+        ({"ALICIA_VOICE": "offline"}, "offline", True),
+        ({"ALICIA_VOICE": "off"}, None, False),
+        ({"ALICIA_STT": "livekit.plugins.deepgram:STT"}, None, True),
+    ],
+)
+def test_alicia_voice_selects_offline_speech(
+    env: dict[str, str], voice_mode: str | None, voice: bool
+) -> None:
+    settings = Settings.from_env({**REQUIRED, **env})
+    assert (settings.voice_mode, settings.voice) == (voice_mode, voice)
+
+
+def test_an_unknown_voice_mode_is_refused_by_name() -> None:
+    with pytest.raises(SettingsError, match="ALICIA_VOICE must be offline or off"):
+        Settings.from_env({**REQUIRED, "ALICIA_VOICE": "cloud"})

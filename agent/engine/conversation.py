@@ -22,14 +22,14 @@ import openai
 from agent.settings import Settings
 
 from .projection import META_CLOSED_AT, META_MODEL
-from .runner import Speaker, TurnRunner
+from .runner import TurnRunner
 from .sealing import DataKeys
 from .session import ProtocolSession
 from .sink import StepSink
 from .tools import ToolBox
 from .transport import Transport
 
-__all__ = ["META_CLOSED_AT", "META_MODEL", "Conversation", "Speaker"]
+__all__ = ["META_CLOSED_AT", "META_MODEL", "Conversation"]
 
 
 class Conversation:
@@ -44,7 +44,6 @@ class Conversation:
         sink: StepSink,
         llm: openai.AsyncOpenAI,
         tools: ToolBox | None = None,
-        speaker: Speaker | None = None,
         keys: DataKeys | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -59,7 +58,7 @@ class Conversation:
             llm=llm,
             clock=clock,
         )
-        self.runner = TurnRunner(self.session, llm=llm, tools=tools, speaker=speaker)
+        self.runner = TurnRunner(self.session, llm=llm, tools=tools)
 
     @property
     def refused(self) -> Counter[str]:
@@ -78,7 +77,3 @@ class Conversation:
     async def aclose(self) -> None:
         """Cancel running turns and timers and wait for them. Idempotent."""
         await self.session.aclose()
-
-    async def user_said(self, identity: str, text: str) -> None:
-        """A final transcript of ``identity``'s speech: send a Transcription, run a turn."""
-        await self.runner.user_said(identity, text)

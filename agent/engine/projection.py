@@ -86,8 +86,6 @@ class TurnProjection:
         self.answer_id = answer_id
         self.model = model or session.settings.llm_model
         """The model name sent as ``meta.model`` on the answer."""
-        self.on_sentence: Callable[[str], None] | None = None
-        """Called with each answer sentence as it goes out (a speaker), if set."""
         self._session = session
         self._stop = stop
         self._acks: list[tuple[str, int]] = []
@@ -295,8 +293,6 @@ class TurnProjection:
     async def _sentence(
         self, text: str, *, final: bool, store_meta: dict[str, Any] | None = None
     ) -> None:
-        if text and self.on_sentence is not None:
-            self.on_sentence(text)
         if not self._stream_form:
             return
         self._sequence += 1

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Protocol
 
 import openai
 
@@ -30,21 +29,9 @@ from .session import ProtocolSession
 from .tools import ToolBox
 from .turn import Exchange, Turn, TurnOptions
 
-__all__ = ["Speaker", "TurnRunner"]
+__all__ = ["TurnRunner"]
 
 logger = logging.getLogger("alicia.conversation")
-
-
-class Speaker(Protocol):
-    """Speech output for answers; optional."""
-
-    def say(self, text: str) -> None:
-        """Queue one answer sentence for speech."""
-        ...
-
-    def interrupt(self) -> None:
-        """Stop speaking now and drop queued sentences."""
-        ...
 
 
 class TurnRunner:
@@ -56,7 +43,6 @@ class TurnRunner:
         *,
         llm: openai.AsyncOpenAI,
         tools: ToolBox | None = None,
-        speaker: Speaker | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         """Serve ``session``'s turns with ``llm``; attaches itself to the session."""
@@ -64,7 +50,6 @@ class TurnRunner:
         self._llm = llm
         self._tools = tools if session.settings.tools_enabled else None
         self._options = TurnOptions.from_settings(session.settings)
-        self._speaker = speaker
         self._clock = clock or session.clock
         self._runners: dict[str, asyncio.Task[None]] = {}
         session.attach(self)
@@ -78,8 +63,8 @@ class TurnRunner:
 
     @property
     def speaks(self) -> bool:
-        """Answers are spoken too (a speaker is set)."""
-        return self._speaker is not None
+        """Text only: voice rooms are served by an AgentSession and its bridge."""
+        return False
 
     async def submit(self, p: Participant, request: TurnRequest) -> None:
         """Queue ``request`` on ``p``'s runner (504 if its queue is full)."""
@@ -105,9 +90,7 @@ class TurnRunner:
         return any(p.drop_queued(user_id) for p in self._session.participants.values())
 
     def interrupt_speech(self) -> None:
-        """Stop the speaker, if there is one."""
-        if self._speaker is not None:
-            self._speaker.interrupt()
+        """Nothing is spoken here."""
 
     def forget(self, identity: str) -> None:
         """``identity`` left: with no turn of its running, its runner ends now."""
@@ -124,20 +107,6 @@ class TurnRunner:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._runners.clear()
-
-    # -- voice ----------------------------------------------------------------------
-
-    async def user_said(self, identity: str, text: str) -> None:
-        """A final transcript of ``identity``'s speech: a Transcription, then its turn."""
-        s = self._session
-        transcript_id = await s.transcription(identity, text)
-        if transcript_id is None:
-            return
-        p = s.participant(identity)
-        try:
-            await self.submit(p, TurnRequest(transcript_id, text, identity, voice=True))
-        except Overloaded as exc:
-            await s.error(p, exc)
 
     # -- turns ----------------------------------------------------------------------
 
@@ -173,8 +142,6 @@ class TurnRunner:
             keeper=self._keeper(),
         )
         projection = s.open_turn(request, turn.answer_id, stop=turn.stop)
-        if self._speaker is not None:
-            projection.on_sentence = self._speaker.say
         try:
             async with contextlib.aclosing(turn.events()) as events:
                 async for event in events:
