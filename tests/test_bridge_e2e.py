@@ -22,9 +22,11 @@ from livekit.agents.voice import room_io
 
 from agent.engine.conversation import Conversation
 from agent.engine.sink import NullSink
+from agent.engine.tools import default_tools
 from agent.rooms.transport import RoomTransport
 from agent.session import AliciaLLM, ReasoningBridge, attach_reasoning
 from agent.session.bridge import session_settings
+from agent.session.tools import session_tools
 from agent.settings import Settings
 from harness import LiveKitServer
 from harness.recorded_llm import RecordedLLM
@@ -34,6 +36,8 @@ from protocol import (
     ErrorMessage,
     ReasoningStep,
     StartAnswer,
+    ToolUseRequest,
+    ToolUseResult,
     UserMessage,
     new_id,
 )
@@ -81,16 +85,20 @@ async def session_agent(
     room: str,
     *,
     tts_: tts.TTS[Any] | None = None,
+    provider: str | None = None,
     **env: str,
 ) -> AsyncIterator[tuple[AgentSession[Any], ReasoningBridge]]:
     """An ordinary AgentSession app in ``room``, with the bridge attached."""
     async with agent_room(server, room) as r:
-        model = AliciaLLM(model="recorded-model", base_url=llm.base_url, api_key="test")
+        model = AliciaLLM(
+            model="recorded-model", base_url=llm.base_url, api_key="test", provider=provider
+        )
         session: AgentSession[Any] = (
             AgentSession(llm=model, tts=tts_) if tts_ else AgentSession(llm=model)
         )
         options = room_io.RoomOptions(audio_input=False, audio_output=tts_ is not None)
-        await session.start(Agent(instructions="Be brief."), room=r, room_options=options)
+        agent = Agent(instructions="Be brief.", tools=session_tools(default_tools()))
+        await session.start(agent, room=r, room_options=options)
         bridge = await attach_reasoning(session, r, settings=settings_for(llm, **env))
         try:
             yield session, bridge
@@ -116,6 +124,7 @@ async def runner_agent(server: LiveKitServer, llm: RecordedLLM, room: str) -> As
             transport=transport,
             sink=NullSink(),
             llm=client,
+            tools=default_tools(),
         )
         task = asyncio.create_task(conversation.run())
         try:
@@ -224,3 +233,35 @@ async def test_stop_is_authorised_like_the_worker_s(
         (start,) = alice.of(StartAnswer)
         assert final.previous_id == start.id and start.previous_id == user_id
         assert mallory.of(ReasoningStep)  # mallory saw the turn but could not stop it
+
+
+async def test_the_session_s_own_tool_calls_reach_the_room_with_their_results(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    spec = llm.spec("deepseek_v4_tool_call")
+    assert spec.followup is not None
+    follow = llm.spec(spec.followup)
+    llm.script(spec.name)
+    room = f"tools-{new_id('r')}"
+    async with (
+        session_agent(livekit_server, llm, room, provider="deepseek"),
+        protocol_client(livekit_server, room) as client,
+    ):
+        user_id = await ask(client, spec.user)
+    assert list(llm.rejections) == []
+    (request,) = client.of(ToolUseRequest)
+    (result,) = client.of(ToolUseResult)
+    assert request.tool_name == "calculator" and request.previous_id == user_id
+    assert request.parameters == {"expression": "250 * 162.4"}
+    assert result.request_id == request.id and result.success
+    assert result.result is not None and result.result["value"] == 40600
+    kinds = traffic(client)
+    steps = client.of(ReasoningStep)
+    assert [s.content for s in steps] == [*spec.steps, *follow.steps]
+    assert kinds.index("ToolUseRequest") < kinds.index("ToolUseResult") < kinds.index("StartAnswer")
+    sentences = client.of(AssistantSentence)
+    assert " ".join(s.text for s in sentences if s.text).split() == follow.answer.split()
+    # DeepSeek V4 got its reasoning back on the session's tool round.
+    (assistant,) = [m for m in llm.requests[-1]["messages"] if m.get("tool_calls")]
+    assert spec.passback is not None
+    assert assistant["reasoning_content"] == spec.passback["reasoning_content"]
