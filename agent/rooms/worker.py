@@ -142,10 +142,15 @@ async def entrypoint(ctx: JobContext) -> None:
         finally:
             ctx.shutdown("room closed")  # ends the job: ctx.room itself was never connected
         return
-    subscribe = AutoSubscribe.AUDIO_ONLY if settings.stt else AutoSubscribe.SUBSCRIBE_NONE
+    subscribe = AutoSubscribe.AUDIO_ONLY if settings.voice else AutoSubscribe.SUBSCRIBE_NONE
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
-    await _serve(ctx.room, settings, voice_ctx=ctx if settings.voice else None)
+    if settings.voice:
+        from .voice_agent import serve_voice_room  # livekit-agents' voice stack
+
+        await serve_voice_room(ctx, settings)
+        return
+    await _serve(ctx.room, settings)
 
 
 def _on_shared_loop(settings: Settings) -> bool:
@@ -168,7 +173,7 @@ async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
             rtc.RoomOptions(auto_subscribe=False),
         )
     try:
-        await _serve(room, settings, voice_ctx=None)
+        await _serve(room, settings)
     finally:
         await room.disconnect()
 
@@ -189,8 +194,9 @@ def _job_token(ctx: JobContext, settings: Settings) -> str:
     return token.to_jwt()
 
 
-async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | None) -> None:
-    """Serve a connected ``room`` until it closes (storage, LLM client, transport, turns)."""
+async def _serve(room: rtc.Room, settings: Settings) -> None:
+    """Serve a connected text ``room`` until it closes (storage, LLM client, transport,
+    turns)."""
     if settings.native_logs == "stderr":
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
@@ -207,61 +213,19 @@ async def _serve(room: rtc.Room, settings: Settings, *, voice_ctx: JobContext | 
     )
     try:
         async with RoomTransport(room) as transport:
-            if voice_ctx is not None:
-                await _serve_with_voice(voice_ctx, settings, transport, sink, llm, keys)
-            else:
-                conversation = Conversation(
-                    conversation_id=room.name,
-                    settings=settings,
-                    transport=transport,
-                    sink=sink,
-                    llm=llm,
-                    tools=default_tools(),
-                    keys=keys,
-                )
-                await conversation.run()
+            conversation = Conversation(
+                conversation_id=room.name,
+                settings=settings,
+                transport=transport,
+                sink=sink,
+                llm=llm,
+                tools=default_tools(),
+                keys=keys,
+            )
+            await conversation.run()
     finally:
         if keys is not None:
             await keys.aclose()
         await llm.close()
         await sink.aclose()
         logger.info("room left", extra={"room": room.name})
-
-
-async def _serve_with_voice(
-    ctx: JobContext,
-    settings: Settings,
-    transport: RoomTransport,
-    sink: StepSink,
-    llm: openai.AsyncOpenAI,
-    keys: KeyStore | None,
-) -> None:
-    from .voice import Voice, load_plugin  # plugins only when configured
-
-    holder: list[Conversation] = []
-
-    async def on_final(identity: str, text: str) -> None:
-        await holder[0].user_said(identity, text)
-
-    voice = Voice(
-        ctx.room,
-        stt=load_plugin(settings.stt) if settings.stt else None,
-        tts=load_plugin(settings.tts) if settings.tts else None,
-        on_final=on_final,
-    )
-    conversation = Conversation(
-        conversation_id=ctx.room.name,
-        settings=settings,
-        transport=transport,
-        sink=sink,
-        llm=llm,
-        tools=default_tools(),
-        speaker=voice,
-        keys=keys,
-    )
-    holder.append(conversation)
-    await voice.start()
-    try:
-        await conversation.run()
-    finally:
-        await voice.aclose()

@@ -1,0 +1,86 @@
+"""The worker's voice rooms: a livekit-agents AgentSession with the reasoning bridge.
+
+A voice room (``ALICIA_VOICE=offline``, or ``ALICIA_STT``/``ALICIA_TTS`` naming plugins)
+is served by an ordinary ``AgentSession``: VAD, endpointing, interruptions, STT, the
+:class:`~agent.session.llm.AliciaLLM` (reasoning kept out of the speech) and TTS, with
+the engine's tools as function tools. :func:`~agent.session.bridge.attach_reasoning`
+speaks the Alicia protocol to the protocol clients in the room, exactly as a user's own
+AgentSession app would.
+
+Speech parts: ``ALICIA_VOICE=offline`` gives Silero VAD, pocketsphinx (through
+livekit-agents' stream adapter) and Debian's espeak-ng (:mod:`agent.speech`);
+``ALICIA_STT`` / ``ALICIA_TTS`` (``module:callable``) replace either part with any
+plugin. The plugin packages are not dependencies of this project: install the ones
+you configure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from livekit.agents import Agent, AgentSession, JobContext, stt, tts, vad
+
+from agent.engine.tools import default_tools
+from agent.session.bridge import attach_reasoning
+from agent.session.llm import AliciaLLM
+from agent.session.tools import session_tools
+from agent.settings import Settings
+
+__all__ = ["VoiceParts", "load_plugin", "serve_voice_room", "voice_parts"]
+
+logger = logging.getLogger("alicia.voice")
+
+
+def load_plugin(spec: str) -> Any:
+    """Call the factory named by ``spec`` (``module:callable``) and return its result."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"plugin spec must look like module:callable, not {spec!r}")
+    factory = getattr(importlib.import_module(module_name), attr)
+    return factory()
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceParts:
+    """The speech parts of an AgentSession (any of them may be absent)."""
+
+    stt: stt.STT[Any] | None
+    tts: tts.TTS[Any] | None
+    vad: vad.VAD | None
+
+
+def voice_parts(settings: Settings) -> VoiceParts:
+    """The speech parts ``settings`` name: the offline ones, replaced by any plugin."""
+    parts = VoiceParts(None, None, None)
+    if settings.voice_mode == "offline":
+        from agent.speech import offline_speech  # loads the VAD model
+
+        speech = offline_speech()
+        parts = VoiceParts(speech.stt, speech.tts, speech.vad)
+    return VoiceParts(
+        stt=load_plugin(settings.stt) if settings.stt else parts.stt,
+        tts=load_plugin(settings.tts) if settings.tts else parts.tts,
+        vad=parts.vad,
+    )
+
+
+async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
+    """Serve the job's (connected) room with an AgentSession and the reasoning bridge."""
+    parts = voice_parts(settings)
+    speech: dict[str, Any] = {
+        name: part
+        for name, part in (("stt", parts.stt), ("tts", parts.tts), ("vad", parts.vad))
+        if part is not None
+    }
+    session: AgentSession[Any] = AgentSession(
+        llm=AliciaLLM.from_settings(settings, conversation_id=ctx.room.name), **speech
+    )
+    tools = session_tools(default_tools()) if settings.tools_enabled else []
+    agent = Agent(instructions=settings.system_prompt, tools=tools)
+    await session.start(agent=agent, room=ctx.room)
+    bridge = await attach_reasoning(session, ctx.room, settings=settings)
+    ctx.add_shutdown_callback(bridge.aclose)
+    logger.info("voice room served by an AgentSession", extra={"room": ctx.room.name})

@@ -1,0 +1,17 @@
+"""Offline speech for livekit-agents: nothing leaves the machine.
+
+* :class:`EspeakTTS`: Debian's ``espeak-ng`` as a ``tts.TTS``;
+* :class:`PocketSphinxSTT`: ``pocketsphinx`` (its wheel's en-us model) as a
+  non-streaming ``stt.STT``, streamed through livekit-agents' ``StreamAdapter`` with
+  Silero VAD (:func:`offline_speech`).
+
+The settings that make them work together were measured (``shared/docs/SPEECH.md``):
+espeak-ng's ``en-us+klatt`` voice at 160 words per minute, audio resampled to 16 kHz for
+pocketsphinx, a faint noise floor around the speech, long audio split at pauses.
+"""
+
+from .espeak import EspeakTTS
+from .offline import OfflineSpeech, load_vad, offline_speech
+from .sphinx import PocketSphinxSTT
+
+__all__ = ["EspeakTTS", "OfflineSpeech", "PocketSphinxSTT", "load_vad", "offline_speech"]

@@ -1,0 +1,48 @@
+"""The offline speech parts of an AgentSession: Silero VAD, pocketsphinx, espeak-ng."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from livekit.agents import stt, tts, vad
+
+from .espeak import EspeakTTS
+from .sphinx import PocketSphinxSTT
+
+__all__ = ["OfflineSpeech", "load_vad", "offline_speech"]
+
+_VAD: vad.VAD | None = None
+_VAD_LOCK = threading.Lock()
+
+
+def load_vad() -> vad.VAD:
+    """Silero VAD (the model ships in livekit-plugins-silero), loaded once per process."""
+    global _VAD
+    with _VAD_LOCK:
+        if _VAD is None:
+            from livekit.plugins import silero
+
+            _VAD = silero.VAD.load()
+        return _VAD
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineSpeech:
+    """``AgentSession(stt=..., tts=..., vad=...)`` with nothing leaving the machine."""
+
+    stt: stt.STT[Any]
+    tts: tts.TTS[Any]
+    vad: vad.VAD
+
+
+def offline_speech(*, vad_: vad.VAD | None = None) -> OfflineSpeech:
+    """pocketsphinx streamed through livekit-agents' StreamAdapter with Silero VAD, and
+    espeak-ng."""
+    detector = vad_ or load_vad()
+    return OfflineSpeech(
+        stt=stt.StreamAdapter(stt=PocketSphinxSTT(), vad=detector),
+        tts=EspeakTTS(),
+        vad=detector,
+    )

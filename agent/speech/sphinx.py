@@ -1,0 +1,127 @@
+"""``pocketsphinx`` (the PyPI wheel's en-us model) as a livekit-agents ``stt.STT``.
+
+Non-streaming: an AgentSession streams it through ``stt.StreamAdapter`` with a VAD
+(:func:`agent.speech.offline_speech`), which hands it each utterance. Audio is resampled
+to 16 kHz (pocketsphinx gives garbage at other rates), padded with a faint noise floor
+(exact-zero silence breaks its noise and level estimates) and split at pauses of 0.6 s
+or more, each part decoded on its own in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final, Never
+
+import numpy as np
+from livekit import rtc
+from livekit.agents import stt, utils
+from livekit.agents.language import LanguageCode
+from livekit.agents.types import NOT_GIVEN, APIConnectOptions, NotGivenOr
+from pocketsphinx import Decoder  # type: ignore[import-untyped]
+
+__all__ = ["PocketSphinxSTT", "decode", "to_16k"]
+
+RATE: Final = 16_000
+_PAD_S: Final = 0.3
+_NOISE_RMS: Final = 20.0
+"""About -64 dB of full scale."""
+_PAUSE_S: Final = 0.6
+_FRAME_S: Final = 0.02
+_SILENCE_RMS: Final = 150.0
+
+
+def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """Mono int16 ``pcm`` at ``rate`` resampled to 16 kHz."""
+    if rate == RATE:
+        return pcm
+    resampler = rtc.AudioResampler(
+        rate, RATE, num_channels=1, quality=rtc.AudioResamplerQuality.HIGH
+    )
+    frames = [*resampler.push(bytearray(pcm.astype(np.int16).tobytes())), *resampler.flush()]
+    if not frames:
+        return np.zeros(0, dtype=np.int16)
+    return np.concatenate([np.frombuffer(f.data, dtype=np.int16) for f in frames])
+
+
+def _parts(pcm: np.ndarray) -> list[np.ndarray]:
+    """``pcm`` (16 kHz) split at pauses of 0.6 s or more; silent parts dropped."""
+    step = int(RATE * _FRAME_S)
+    n = len(pcm) // step
+    if n == 0:
+        return []
+    frames = pcm[: n * step].astype(np.float32).reshape(n, step)
+    loud = np.sqrt((frames**2).mean(axis=1)) > _SILENCE_RMS
+    gap = int(_PAUSE_S / _FRAME_S)
+    parts: list[np.ndarray] = []
+    start: int | None = None
+    quiet = 0
+    for i, is_loud in enumerate(loud):
+        if is_loud:
+            start = i if start is None else start
+            quiet = 0
+        elif start is not None:
+            quiet += 1
+            if quiet >= gap:
+                parts.append(pcm[start * step : (i - quiet + 1) * step])
+                start, quiet = None, 0
+    if start is not None:
+        parts.append(pcm[start * step :])
+    return parts
+
+
+def _padded(part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    pad = int(RATE * _PAD_S)
+    body = np.concatenate([np.zeros(pad), part.astype(np.float64), np.zeros(pad)])
+    noisy = body + rng.normal(0.0, _NOISE_RMS, len(body))
+    return np.clip(noisy, -32768, 32767).astype(np.int16)
+
+
+def decode(pcm: np.ndarray, rate: int) -> str:
+    """What pocketsphinx hears in mono int16 ``pcm`` at ``rate`` (blocking)."""
+    audio = to_16k(pcm, rate)
+    rng = np.random.default_rng(0)
+    words: list[str] = []
+    decoder = Decoder(samprate=RATE, loglevel="FATAL")
+    for part in _parts(audio):
+        decoder.start_utt()
+        decoder.process_raw(_padded(part, rng).tobytes(), full_utt=True)
+        decoder.end_utt()
+        hyp = decoder.hyp()
+        if hyp is not None and hyp.hypstr:
+            words.append(hyp.hypstr)
+    return " ".join(words)
+
+
+class PocketSphinxSTT(stt.STT[Never]):
+    """Speech to text with pocketsphinx (English), one utterance at a time."""
+
+    def __init__(self) -> None:
+        """The wheel's en-us acoustic model, language model and dictionary."""
+        super().__init__(capabilities=stt.STTCapabilities(streaming=False, interim_results=False))
+
+    @property
+    def model(self) -> str:
+        """The model pocketsphinx ships."""
+        return "en-us"
+
+    @property
+    def provider(self) -> str:
+        """CMU pocketsphinx."""
+        return "pocketsphinx"
+
+    async def _recognize_impl(
+        self,
+        buffer: utils.AudioBuffer,
+        *,
+        language: NotGivenOr[str] = NOT_GIVEN,
+        conn_options: APIConnectOptions,
+    ) -> stt.SpeechEvent:
+        frame = rtc.combine_audio_frames(buffer)
+        pcm = np.frombuffer(frame.data, dtype=np.int16)
+        if frame.num_channels > 1:
+            pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
+        text = await asyncio.to_thread(decode, pcm, frame.sample_rate)
+        return stt.SpeechEvent(
+            type=stt.SpeechEventType.FINAL_TRANSCRIPT,
+            alternatives=[stt.SpeechData(language=LanguageCode("en"), text=text)],
+        )

@@ -1,0 +1,227 @@
+"""Real speech for tests, the demo and the voice benchmark (espeak-ng, pocketsphinx, rooms).
+
+* :func:`speak`: text spoken by espeak-ng (``en-us+klatt``, 160 wpm), padded with 0.3 s
+  of faint noise on both sides, as SPEECH.md measured best for pocketsphinx;
+* :func:`transcribe` / :func:`spotted`: what pocketsphinx hears, and whether it hears a
+  phrase (keyword spotting; use phrases of two or more words: single words false-alarm);
+* :func:`publish_speech`: a microphone track in a LiveKit room, paced in real time, with
+  trailing silence so a VAD sees the end of the speech;
+* :class:`AudioRecorder`: every audio frame a room receives, with arrival times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import wave
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+from livekit import rtc
+from pocketsphinx import Decoder  # type: ignore[import-untyped]
+
+from agent.speech.espeak import DEFAULT_SPEED, DEFAULT_VOICE
+from agent.speech.sphinx import RATE, decode, to_16k
+
+__all__ = [
+    "ROOM_RATE",
+    "AudioRecorder",
+    "publish_speech",
+    "read_wav",
+    "resample",
+    "speak",
+    "spotted",
+    "transcribe",
+    "write_wav",
+]
+
+ROOM_RATE: Final = 48_000
+_FRAME_MS: Final = 20
+_MAX_RECORDED_S: Final = 120.0
+
+
+def speak(text: str) -> tuple[np.ndarray, int]:
+    """``text`` spoken by espeak-ng, with 0.3 s of faint noise on both sides."""
+    pcm, rate = _espeak(text)
+    audio = np.frombuffer(pcm, dtype=np.int16).astype(np.float64)
+    pad = np.zeros(int(0.3 * rate))
+    body = np.concatenate([pad, audio, pad])
+    noisy = body + np.random.default_rng(7).normal(0.0, 20.0, len(body))
+    return np.clip(noisy, -32768, 32767).astype(np.int16), rate
+
+
+def _espeak(text: str) -> tuple[bytes, int]:
+    """espeak-ng run synchronously (tests call it from inside and outside event loops)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "s.wav"
+        subprocess.run(
+            [
+                "espeak-ng",
+                "-v",
+                DEFAULT_VOICE,
+                "-s",
+                str(DEFAULT_SPEED),
+                "-w",
+                str(out),
+                "--",
+                text,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        pcm, rate = read_wav(out)
+        return pcm.tobytes(), rate
+
+
+def resample(pcm: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """Mono int16 ``pcm`` from ``rate`` to ``to`` Hz."""
+    if rate == to:
+        return pcm
+    if to == RATE:
+        return to_16k(pcm, rate)
+    resampler = rtc.AudioResampler(rate, to, num_channels=1, quality=rtc.AudioResamplerQuality.HIGH)
+    frames = [*resampler.push(bytearray(pcm.tobytes())), *resampler.flush()]
+    return np.concatenate([np.frombuffer(f.data, dtype=np.int16) for f in frames])
+
+
+def transcribe(pcm: np.ndarray, rate: int) -> str:
+    """What pocketsphinx hears (lower case, split at pauses)."""
+    return decode(pcm, rate)
+
+
+def spotted(pcm: np.ndarray, rate: int, phrase: str, *, threshold: float = 1e-20) -> bool:
+    """Whether pocketsphinx's keyword spotting hears ``phrase`` anywhere in ``pcm``."""
+    if len(phrase.split()) < 2:
+        raise ValueError("spot phrases of two or more words (single words false-alarm)")
+    audio = to_16k(pcm, rate)
+    pad = np.random.default_rng(3).normal(0.0, 20.0, int(0.3 * RATE)).astype(np.int16)
+    decoder = Decoder(samprate=RATE, kws_threshold=threshold, loglevel="FATAL")
+    decoder.add_keyphrase("canary", phrase.lower())
+    decoder.activate_search("canary")
+    decoder.start_utt()
+    decoder.process_raw(np.concatenate([pad, audio, pad]).tobytes(), full_utt=True)
+    decoder.end_utt()
+    return decoder.hyp() is not None
+
+
+def write_wav(path: Path, pcm: np.ndarray, rate: int) -> Path:
+    """Write mono int16 ``pcm`` as a WAV file."""
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.astype(np.int16).tobytes())
+    return path
+
+
+def read_wav(path: Path) -> tuple[np.ndarray, int]:
+    """A mono 16-bit WAV file's samples and rate."""
+    with wave.open(str(path)) as w:
+        data = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+        if w.getnchannels() > 1:
+            data = data.reshape(-1, w.getnchannels()).mean(axis=1).astype(np.int16)
+        return data, w.getframerate()
+
+
+async def publish_speech(
+    room: rtc.Room,
+    pcm: np.ndarray,
+    rate: int,
+    *,
+    trailing_silence_s: float = 1.5,
+    subscribed_timeout_s: float = 20.0,
+) -> float:
+    """Speak ``pcm`` into ``room`` as a microphone track, in real time; returns the
+    ``time.monotonic()`` at which the speech (not the trailing silence) ended.
+
+    Waits until some participant subscribed (audio sent before that is lost)."""
+    audio = resample(pcm, rate, ROOM_RATE)
+    source = rtc.AudioSource(ROOM_RATE, 1)
+    track = rtc.LocalAudioTrack.create_audio_track("microphone", source)
+    options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+    publication = await room.local_participant.publish_track(track, options)
+    subscribed = asyncio.Event()
+
+    def on_subscribed(pub: rtc.LocalTrackPublication) -> None:
+        if pub.sid == publication.sid:
+            subscribed.set()
+
+    room.on("local_track_subscribed", on_subscribed)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(subscribed_timeout_s):
+            await subscribed.wait()
+    await asyncio.sleep(0.3)  # the subscriber's decoder starts
+    step = ROOM_RATE * _FRAME_MS // 1000
+    silence = np.zeros(int(trailing_silence_s * ROOM_RATE), dtype=np.int16)
+    samples = np.concatenate([audio, silence])
+    start = time.monotonic()
+    speech_end = start + len(audio) / ROOM_RATE
+    for i in range(0, len(samples), step):
+        chunk = samples[i : i + step]
+        if len(chunk) < step:
+            chunk = np.concatenate([chunk, np.zeros(step - len(chunk), dtype=np.int16)])
+        frame = rtc.AudioFrame(chunk.tobytes(), ROOM_RATE, 1, step)
+        await source.capture_frame(frame)
+        due = start + (i + step) / ROOM_RATE
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await source.wait_for_playout()
+    return speech_end
+
+
+@dataclass
+class AudioRecorder:
+    """Records every remote audio track ``room`` subscribes to (started at subscription,
+    so the start of an early answer is not lost)."""
+
+    room: rtc.Room
+    frames: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    """(``time.monotonic()`` at arrival, 10 ms of 48 kHz mono samples)."""
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.room.on("track_subscribed", self._on_track)
+
+    def _on_track(
+        self, track: rtc.Track, pub: rtc.RemoteTrackPublication, p: rtc.RemoteParticipant
+    ) -> None:
+        if track.kind == rtc.TrackKind.KIND_AUDIO:
+            self._tasks.append(asyncio.create_task(self._read(track)))
+
+    async def _read(self, track: rtc.Track) -> None:
+        stream = rtc.AudioStream(track, sample_rate=ROOM_RATE, num_channels=1)
+        limit = int(_MAX_RECORDED_S * 100)
+        try:
+            async for event in stream:
+                if len(self.frames) < limit:
+                    samples = np.frombuffer(event.frame.data, dtype=np.int16).copy()
+                    self.frames.append((time.monotonic(), samples))
+        finally:
+            await stream.aclose()
+
+    def first_sound_at(self, *, after: float = 0.0, level: float = 300.0) -> float | None:
+        """Arrival time of the first frame after ``after`` louder than ``level`` RMS."""
+        for at, samples in self.frames:
+            if at >= after and np.sqrt((samples.astype(np.float64) ** 2).mean()) > level:
+                return at
+        return None
+
+    def pcm(self) -> np.ndarray:
+        """Everything received, as one 48 kHz mono int16 array."""
+        if not self.frames:
+            return np.zeros(0, dtype=np.int16)
+        return np.concatenate([s for _, s in self.frames])
+
+    async def aclose(self) -> None:
+        """Stop reading."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,82 @@
+"""Offline speech: espeak-ng and pocketsphinx as livekit-agents plugins, no network.
+
+Key-word recall is asserted with a margin under what SPEECH.md measured (0.91 straight
+into pocketsphinx), so the tests fail when audio is mangled (wrong rate, no padding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from livekit import rtc
+from livekit.agents import stt
+
+from agent.speech import EspeakTTS, PocketSphinxSTT, load_vad, offline_speech
+from harness.speech import speak, spotted, transcribe
+
+SENTENCES = {
+    "The capital of Australia is Canberra, not Sydney.": {"capital", "australia", "sydney"},
+    "Most adults need about seven to nine hours of sleep.": {"adults", "seven", "hours", "sleep"},
+    "The weather today is cloudy with a chance of rain.": {"weather", "cloudy", "chance", "rain"},
+}
+
+
+def recall(heard: str, keys: set[str]) -> float:
+    words = set(heard.lower().split())
+    return len(keys & words) / len(keys)
+
+
+@pytest.mark.parametrize("sentence", sorted(SENTENCES))
+def test_spoken_sentences_are_heard(sentence: str) -> None:
+    pcm, rate = speak(sentence)
+    assert rate == 22050
+    heard = transcribe(pcm, rate)
+    assert recall(heard, SENTENCES[sentence]) >= 0.6, heard
+
+
+def test_a_spoken_phrase_is_spotted_and_an_unspoken_one_is_not() -> None:
+    pcm, rate = speak("It is a classic trap, so I should compare them carefully.")
+    assert spotted(pcm, rate, "classic trap")
+    assert not spotted(pcm, rate, "purple elephant")
+    with pytest.raises(ValueError, match="two or more words"):
+        spotted(pcm, rate, "trap")
+
+
+async def test_espeak_tts_synthesizes_frames_at_its_rate() -> None:
+    engine = EspeakTTS()
+    frames: list[rtc.AudioFrame] = []
+    async with engine.synthesize("Most adults need about seven to nine hours of sleep.") as stream:
+        async for audio in stream:
+            frames.append(audio.frame)
+    assert frames and {f.sample_rate for f in frames} == {22050}
+    seconds = sum(f.samples_per_channel for f in frames) / 22050
+    assert 1.0 < seconds < 5.0
+    pcm = np.concatenate([np.frombuffer(f.data, dtype=np.int16) for f in frames])
+    assert "sleep" in transcribe(pcm, 22050)
+    await engine.aclose()
+
+
+async def test_pocketsphinx_stt_recognizes_a_buffer() -> None:
+    pcm, rate = speak("Most adults need about seven to nine hours of sleep.")
+    frame = rtc.AudioFrame(pcm.tobytes(), rate, 1, len(pcm))
+    event = await PocketSphinxSTT().recognize([frame])
+    assert event.type == stt.SpeechEventType.FINAL_TRANSCRIPT
+    assert recall(event.alternatives[0].text, {"adults", "hours", "sleep"}) >= 0.6
+
+
+async def test_the_stream_adapter_with_silero_vad_finalizes_an_utterance() -> None:
+    speech = offline_speech(vad_=load_vad())
+    pcm, rate = speak("The capital of Australia is Canberra, not Sydney.")
+    audio = np.concatenate([pcm, np.zeros(int(1.5 * rate), dtype=np.int16)])
+    stream = speech.stt.stream()
+    step = rate // 50
+    for i in range(0, len(audio) - step, step):
+        stream.push_frame(rtc.AudioFrame(audio[i : i + step].tobytes(), rate, 1, step))
+    stream.end_input()
+    finals = [
+        e.alternatives[0].text
+        async for e in stream
+        if e.type == stt.SpeechEventType.FINAL_TRANSCRIPT and e.alternatives
+    ]
+    await stream.aclose()
+    assert recall(" ".join(finals), {"capital", "australia", "sydney"}) >= 0.6, finals
