@@ -29,6 +29,7 @@ from agent.speech.sphinx import RATE, decode, to_16k
 __all__ = [
     "ROOM_RATE",
     "AudioRecorder",
+    "Microphone",
     "publish_speech",
     "read_wav",
     "resample",
@@ -130,51 +131,63 @@ def read_wav(path: Path) -> tuple[np.ndarray, int]:
         return data, w.getframerate()
 
 
+class Microphone:
+    """A microphone track in a LiveKit room that speaks PCM in real time."""
+
+    def __init__(self, room: rtc.Room) -> None:
+        """Nothing is published until :meth:`start`."""
+        self._room = room
+        self._source = rtc.AudioSource(ROOM_RATE, 1)
+
+    async def start(self, *, subscribed_timeout_s: float = 20.0) -> None:
+        """Publish the track and wait until some participant subscribed to it (audio sent
+        before that is lost)."""
+        track = rtc.LocalAudioTrack.create_audio_track("microphone", self._source)
+        options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
+        publication = await self._room.local_participant.publish_track(track, options)
+        subscribed = asyncio.Event()
+
+        def on_subscribed(pub: rtc.LocalTrackPublication) -> None:
+            if pub.sid == publication.sid:
+                subscribed.set()
+
+        self._room.on("local_track_subscribed", on_subscribed)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(subscribed_timeout_s):
+                await subscribed.wait()
+        self._room.off("local_track_subscribed", on_subscribed)
+        await asyncio.sleep(0.3)  # the subscriber's decoder starts
+
+    async def say(self, pcm: np.ndarray, rate: int, *, trailing_silence_s: float = 1.5) -> float:
+        """Speak ``pcm`` paced in real time (20 ms frames on a monotonic clock), then
+        ``trailing_silence_s`` of silence; returns when the speech itself ended
+        (``time.monotonic()``)."""
+        audio = resample(pcm, rate, ROOM_RATE)
+        step = ROOM_RATE * _FRAME_MS // 1000
+        silence = np.zeros(int(trailing_silence_s * ROOM_RATE), dtype=np.int16)
+        samples = np.concatenate([audio, silence])
+        start = time.monotonic()
+        speech_end = start + len(audio) / ROOM_RATE
+        for i in range(0, len(samples), step):
+            chunk = samples[i : i + step]
+            if len(chunk) < step:
+                chunk = np.concatenate([chunk, np.zeros(step - len(chunk), dtype=np.int16)])
+            await self._source.capture_frame(rtc.AudioFrame(chunk.tobytes(), ROOM_RATE, 1, step))
+            delay = start + (i + step) / ROOM_RATE - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        await self._source.wait_for_playout()
+        return speech_end
+
+
 async def publish_speech(
-    room: rtc.Room,
-    pcm: np.ndarray,
-    rate: int,
-    *,
-    trailing_silence_s: float = 1.5,
-    subscribed_timeout_s: float = 20.0,
+    room: rtc.Room, pcm: np.ndarray, rate: int, *, trailing_silence_s: float = 1.5
 ) -> float:
-    """Speak ``pcm`` into ``room`` as a microphone track, in real time; returns the
-    ``time.monotonic()`` at which the speech (not the trailing silence) ended.
-
-    Waits until some participant subscribed (audio sent before that is lost)."""
-    audio = resample(pcm, rate, ROOM_RATE)
-    source = rtc.AudioSource(ROOM_RATE, 1)
-    track = rtc.LocalAudioTrack.create_audio_track("microphone", source)
-    options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
-    publication = await room.local_participant.publish_track(track, options)
-    subscribed = asyncio.Event()
-
-    def on_subscribed(pub: rtc.LocalTrackPublication) -> None:
-        if pub.sid == publication.sid:
-            subscribed.set()
-
-    room.on("local_track_subscribed", on_subscribed)
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(subscribed_timeout_s):
-            await subscribed.wait()
-    await asyncio.sleep(0.3)  # the subscriber's decoder starts
-    step = ROOM_RATE * _FRAME_MS // 1000
-    silence = np.zeros(int(trailing_silence_s * ROOM_RATE), dtype=np.int16)
-    samples = np.concatenate([audio, silence])
-    start = time.monotonic()
-    speech_end = start + len(audio) / ROOM_RATE
-    for i in range(0, len(samples), step):
-        chunk = samples[i : i + step]
-        if len(chunk) < step:
-            chunk = np.concatenate([chunk, np.zeros(step - len(chunk), dtype=np.int16)])
-        frame = rtc.AudioFrame(chunk.tobytes(), ROOM_RATE, 1, step)
-        await source.capture_frame(frame)
-        due = start + (i + step) / ROOM_RATE
-        delay = due - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-    await source.wait_for_playout()
-    return speech_end
+    """Publish a :class:`Microphone` in ``room`` and speak ``pcm`` once; returns when the
+    speech ended (``time.monotonic()``)."""
+    mic = Microphone(room)
+    await mic.start()
+    return await mic.say(pcm, rate, trailing_silence_s=trailing_silence_s)
 
 
 @dataclass
