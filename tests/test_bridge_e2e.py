@@ -28,6 +28,7 @@ from agent.session import AliciaLLM, ReasoningBridge, attach_reasoning
 from agent.session.bridge import session_settings
 from agent.session.tools import session_tools
 from agent.settings import Settings
+from agent.speech import EspeakTTS
 from harness import LiveKitServer
 from harness.recorded_llm import RecordedLLM
 from protocol import (
@@ -265,3 +266,38 @@ async def test_the_session_s_own_tool_calls_reach_the_room_with_their_results(
     (assistant,) = [m for m in llm.requests[-1]["messages"] if m.get("tool_calls")]
     assert spec.passback is not None
     assert assistant["reasoning_content"] == spec.passback["reasoning_content"]
+
+
+class RecordingTTS(EspeakTTS):
+    """espeak-ng that keeps every text it was asked to speak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def synthesize(self, text: str, **kwargs: Any) -> tts.ChunkedStream:
+        self.texts.append(text)
+        return super().synthesize(text, **kwargs)
+
+
+@pytest.mark.parametrize("shape", ["ollama_qwen3_think_inline", "deepseek_reasoning_content"])
+async def test_reasoning_never_reaches_the_tts(
+    livekit_server: LiveKitServer, llm: RecordedLLM, shape: str
+) -> None:
+    spec = llm.spec(shape)
+    llm.route_model("recorded-model", shape)
+    room = f"tts-{new_id('r')}"
+    speech = RecordingTTS()
+    async with (
+        session_agent(livekit_server, llm, room, tts_=speech),
+        protocol_client(livekit_server, room) as client,
+    ):
+        await ask(client, spec.user)
+    spoken = " ".join(speech.texts)
+    assert spoken.split() == spec.answer.split()
+    for step in spec.steps:
+        assert step not in spoken
+        canary = " ".join(step.split()[:6])
+        assert canary not in spoken
+    assert "<think>" not in spoken and "think>" not in spoken
+    assert [s.content for s in client.of(ReasoningStep)] == list(spec.steps)
