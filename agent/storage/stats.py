@@ -125,7 +125,7 @@ async def fetch(
     from sqlalchemy import text
 
     from .engine import create_engine, is_sqlite
-    from .writer import map_error
+    from .errors import map_error
 
     params: dict[str, Any] = {"limit": limit}
     if days is not None:
@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("alicia-stats: no database: pass --database-url or set DATABASE_URL", file=sys.stderr)
         return 2
     names = list(dict.fromkeys(args.reports)) or list(REPORTS)
-    from .writer import StorageError
+    from .errors import StorageError
 
     try:
         reports = asyncio.run(fetch(url, names, limit=args.limit, days=args.days))

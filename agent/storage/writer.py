@@ -44,13 +44,12 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -67,6 +66,14 @@ from protocol import (
 
 from .dialect import Dialect, StepConflictError
 from .engine import create_engine, is_postgres
+from .errors import (
+    StorageError,
+    StorageRejectedError,
+    StorageUnavailableError,
+    _mapped,
+    map_error,
+)
+from .migrate import migrate
 from .rows import Rows, build_rows
 from .spill import Item, Segment, SpillDir
 from .tables import reasoning_steps as STEPS
@@ -86,96 +93,6 @@ __all__ = [
 logger = logging.getLogger("alicia.storage")
 
 _KNOWN_MESSAGES: Final = 20_000
-MIGRATIONS_DIR: Final = Path(__file__).resolve().parents[2] / "migrations"
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class StorageError(Exception):
-    """A database operation failed (see the module docstring for the tree)."""
-
-
-class StorageUnavailableError(StorageError):
-    """The database cannot be reached right now; retrying later may succeed."""
-
-
-class StorageRejectedError(StorageError):
-    """The database refused the data itself (constraint or value); retrying cannot help."""
-
-
-_UNAVAILABLE_SQLSTATE_CLASSES: Final = ("08", "53", "57", "40", "58", "XX")
-_REJECTED_SQLSTATE_CLASSES: Final = ("22", "23")
-
-
-def _sqlstate(exc: BaseException) -> str | None:
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        for attr in ("sqlstate", "pgcode"):
-            code = getattr(cur, attr, None)
-            if isinstance(code, str) and len(code) == 5:
-                return code
-        nxt = getattr(cur, "orig", None)
-        cur = nxt if isinstance(nxt, BaseException) else cur.__cause__
-    return None
-
-
-def map_error(exc: BaseException) -> StorageError:
-    """Translate a driver/SQLAlchemy/OS error into our :class:`StorageError` tree."""
-    if isinstance(exc, StorageError):
-        return exc
-    msg = f"{type(exc).__name__}: {exc}"
-    state = _sqlstate(exc)
-    if state is not None:
-        if state[:2] in _REJECTED_SQLSTATE_CLASSES:
-            return StorageRejectedError(msg)
-        if state[:2] in _UNAVAILABLE_SQLSTATE_CLASSES:
-            return StorageUnavailableError(msg)
-    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
-        return StorageUnavailableError(msg)
-    if isinstance(exc, sa_exc.IntegrityError | sa_exc.DataError):
-        return StorageRejectedError(msg)
-    if isinstance(exc, sa_exc.StatementError) and not isinstance(exc, sa_exc.DBAPIError):
-        return StorageRejectedError(msg)  # a value could not even be bound (e.g. JSON)
-    if isinstance(exc, UnicodeError):
-        return StorageRejectedError(msg)  # raised by the driver while encoding a value
-    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
-        return StorageUnavailableError(msg)
-    if isinstance(exc, OSError | TimeoutError | ConnectionError | EOFError):
-        return StorageUnavailableError(msg)
-    module = type(exc).__module__
-    if module.startswith("asyncpg") and (
-        "Connection" in type(exc).__name__ or "Interface" in type(exc).__name__
-    ):
-        return StorageUnavailableError(msg)
-    return StorageError(msg)
-
-
-def _from_database(exc: BaseException) -> bool:
-    # Errors of the database layer (mapped); anything else is a bug and propagates as is.
-    if isinstance(exc, sa_exc.SQLAlchemyError | OSError | TimeoutError | EOFError | UnicodeError):
-        return True
-    module = type(exc).__module__
-    return module.startswith(("asyncpg", "sqlite3", "aiosqlite", "alembic"))
-
-
-@contextlib.asynccontextmanager
-async def _mapped() -> AsyncIterator[None]:
-    try:
-        yield
-    except (asyncio.CancelledError, KeyboardInterrupt, SystemExit, MemoryError):
-        raise
-    except StepConflictError:
-        raise  # handled by the writer (superseding retry), never seen outside
-    except Exception as exc:
-        if not _from_database(exc):
-            raise
-        raise map_error(exc) from exc
-
-
-# --------------------------------------------------------------------------- options
 
 
 def default_spill_root(url: str) -> Path:
@@ -241,44 +158,6 @@ class WriterStats:
     replayed: int = 0
     dead_lettered: int = 0
     last_error: str | None = None
-
-
-# --------------------------------------------------------------------------- migrations
-
-
-def _upgrade_sync(connection: Any, revision: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.attributes["connection"] = connection
-    cfg.attributes["configure_logger"] = False
-    command.upgrade(cfg, revision)
-
-
-def _downgrade_sync(connection: Any, revision: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.attributes["connection"] = connection
-    cfg.attributes["configure_logger"] = False
-    command.downgrade(cfg, revision)
-
-
-async def migrate(
-    target: str | AsyncEngine, revision: str = "head", *, downgrade: bool = False
-) -> None:
-    """Run ``alembic upgrade <revision>`` (or ``downgrade``) on a URL or engine."""
-    engine = create_engine(target, pooled=False) if isinstance(target, str) else target
-    try:
-        async with _mapped(), engine.begin() as conn:
-            await conn.run_sync(_downgrade_sync if downgrade else _upgrade_sync, revision)
-    finally:
-        if isinstance(target, str):
-            await engine.dispose()
 
 
 # --------------------------------------------------------------------------- writer

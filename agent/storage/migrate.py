@@ -1,0 +1,50 @@
+"""Schema migrations (Alembic, ``migrations/``) on a URL or an engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .engine import create_engine
+from .errors import _mapped
+
+__all__ = ["MIGRATIONS_DIR", "migrate"]
+
+MIGRATIONS_DIR: Final = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def _upgrade_sync(connection: Any, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    cfg.attributes["configure_logger"] = False
+    command.upgrade(cfg, revision)
+
+
+def _downgrade_sync(connection: Any, revision: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    cfg.attributes["configure_logger"] = False
+    command.downgrade(cfg, revision)
+
+
+async def migrate(
+    target: str | AsyncEngine, revision: str = "head", *, downgrade: bool = False
+) -> None:
+    """Run ``alembic upgrade <revision>`` (or ``downgrade``) on a URL or engine."""
+    engine = create_engine(target, pooled=False) if isinstance(target, str) else target
+    try:
+        async with _mapped(), engine.begin() as conn:
+            await conn.run_sync(_downgrade_sync if downgrade else _upgrade_sync, revision)
+    finally:
+        if isinstance(target, str):
+            await engine.dispose()
