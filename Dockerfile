@@ -24,4 +24,4 @@ COPY --from=web /src/web/static/dist web/static/dist
 # Editable: the code runs from /app, next to its static files and recorded streams.
 RUN pip install --no-cache-dir -e ".[agent]" && useradd --create-home alicia
 USER alicia
-CMD ["python", "-m", "agent", "start"]
+CMD ["python", "-m", "alicia.agent", "start"]

@@ -12,5 +12,5 @@ only downward::
     agent/storage/    optional persistence: tables, the batched writer, alicia-stats
     agent/settings.py every knob, read from the environment once
 
-``python -m agent start|dev`` runs the LiveKit worker (``agent/__main__.py``).
+``python -m alicia.agent start|dev`` runs the LiveKit worker (``agent/__main__.py``).
 """

@@ -1,4 +1,4 @@
-"""``python -m agent start|dev``: run the worker with the livekit-agents command line."""
+"""``python -m alicia.agent start|dev``: run the worker with the livekit-agents command line."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from agent.llm.providers import PROFILES
+from alicia.agent.llm.providers import PROFILES
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "load"]
 
@@ -57,7 +57,7 @@ class Settings:
     and only a closing ``</think>`` appears (Qwen3 ``*-Thinking-2507``)."""
     llm_provider: str | None = None
     """``LLM_PROVIDER`` (default: detected from ``LLM_BASE_URL`` where unambiguous, else
-    ``generic``): the provider profile (:data:`agent.llm.providers.PROFILES`) that decides
+    ``generic``): the provider profile (:data:`alicia.agent.llm.providers.PROFILES`) that decides
     whether reasoning goes back to the model and how effort is asked for."""
     llm_api: Literal["chat", "responses"] = "chat"
     """``LLM_API`` (default ``chat``): ``chat`` for chat completions, ``responses`` for the
@@ -310,7 +310,7 @@ def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "n
 
 
 def _keys(value: str | None) -> tuple[tuple[str, bytes], ...]:
-    from agent.engine.sealing import KeyConfigError, parse_keys
+    from alicia.agent.engine.sealing import KeyConfigError, parse_keys
 
     try:
         return tuple(parse_keys(value or ""))

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python bench/codec.py`` (about 30 s). All candidates run in this one
 process on the same seeded corpus:
 
-* ``ours``  ``protocol.encode(Envelope)`` / ``protocol.decode(bytes)``: typed, with
+* ``ours``  ``alicia.protocol.encode(Envelope)`` / ``alicia.protocol.decode(bytes)``: typed, with
   encode-side checks and full decode validation (msgspec Structs);
 * ``raw``   ``msgpack.packb(dict)`` / ``msgpack.unpackb(bytes)`` of the equivalent plain
   dict: no types, no validation; the floor the issue names;
@@ -42,8 +42,8 @@ from typing import Any
 
 import msgpack
 
-import protocol
-from protocol import Envelope, ReasoningStep, StartAnswer, envelope
+from alicia import protocol
+from alicia.protocol import Envelope, ReasoningStep, StartAnswer, envelope
 
 SEED = 20250101
 ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"

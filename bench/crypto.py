@@ -4,11 +4,11 @@ Run: ``.venv/bin/python bench/crypto.py`` (about 10 s). Both candidates run in t
 process on the same seeded corpus of ReasoningSteps (300-character text, as the worker
 sends them):
 
-* ``encode``          ``protocol.encode(envelope(step))`` of the plaintext step: what a
+* ``encode``          ``alicia.protocol.encode(envelope(step))`` of the plaintext step: what a
   ``full`` participant's step costs today;
 * ``encrypt_encode``  the ``encrypted`` rendition: ``ReasoningSealer.seal`` (JWE ``dir``
   + ``A256GCM`` through joserfc, bound to the conversation) of the text, the step with
-  empty content and that ``encryptedValue``, then ``protocol.encode``.
+  empty content and that ``encryptedValue``, then ``alicia.protocol.encode``.
 
 Each figure is the best of several ``timeit`` repeats (GC collected before, disabled
 while timing) of one pass over the corpus, divided by its size. Caveats: a shared 2-core
@@ -32,9 +32,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.engine.sealing import ReasoningSealer
+from alicia.agent.engine.sealing import ReasoningSealer
+from alicia.protocol import ReasoningStep, encode, envelope, new_id
 from bench._stats import best_per_item
-from protocol import ReasoningStep, encode, envelope, new_id
 
 SEED = 20261123
 VOCABULARY = (

@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python bench/latency.py`` (about a minute). Everything is real and on
 127.0.0.1: livekit-server (harness), the worker as its own process
-(``python -m agent start``, ``ALICIA_TIMING_META=true``), the recorded-stream LLM
-(``harness.recorded_llm``, endless reasoning at about 20 steps/s) and the clients.
+(``python -m alicia.agent start``, ``ALICIA_TIMING_META=true``), the recorded-stream LLM
+(``alicia.harness.recorded_llm``, endless reasoning at about 20 steps/s) and the clients.
 
 * worker path: the worker stamps ``meta["alicia.closedMonoNs"]`` with
   ``time.monotonic_ns()`` the moment the segmenter closes a step; a client in the room
@@ -40,11 +40,10 @@ from livekit import rtc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.engine.conversation import META_CLOSED_AT
-from bench._stats import percentile
-from harness import LiveKitServer
-from harness.recorded_llm import ENDLESS, Play, RecordedLLM
-from protocol import (
+from alicia.agent.engine.conversation import META_CLOSED_AT
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM
+from alicia.protocol import (
     DATA_TOPIC,
     Configuration,
     ControlStop,
@@ -56,6 +55,7 @@ from protocol import (
     envelope,
     new_id,
 )
+from bench._stats import percentile
 from tests.worker_proc import running_worker
 
 WARMUP = 20

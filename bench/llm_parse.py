@@ -4,12 +4,12 @@ Run: ``.venv/bin/python bench/llm_parse.py`` (about 15 s). Three recorded provid
 shapes from ``tests/streams`` (one SSE event per token-sized piece, as providers send
 them) are parsed in this one process, each pass over the whole body:
 
-* ``worker``  what a turn does with every event: :class:`agent.llm.stream.ChatDecoder`
+* ``worker``  what a turn does with every event: :class:`alicia.agent.llm.stream.ChatDecoder`
   (SSE framing + msgspec decode of the chunk to its first choice's delta and usage),
   the tool-call check,
-  :class:`~agent.llm.reasoning.ReasoningExtractor`, and the reasoning through
-  :class:`~agent.llm.segmenter.StepSegmenter` / the answer through
-  :class:`~agent.llm.sentences.SentenceStream`;
+  :class:`~alicia.agent.llm.reasoning.ReasoningExtractor`, and the reasoning through
+  :class:`~alicia.agent.llm.segmenter.StepSegmenter` / the answer through
+  :class:`~alicia.agent.llm.sentences.SentenceStream`;
 * ``floor``   a bare ``msgspec.json.decode`` of each event's bytes (the ``data: `` prefix
   and the blank line sliced off, into dicts): the least any reader of the same SSE bytes
   can do.
@@ -37,12 +37,12 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
-from agent.llm.segmenter import StepSegmenter
-from agent.llm.sentences import SentenceStream
-from agent.llm.stream import ChatDecoder, chat_delta
+from alicia.agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
+from alicia.agent.llm.segmenter import StepSegmenter
+from alicia.agent.llm.sentences import SentenceStream
+from alicia.agent.llm.stream import ChatDecoder, chat_delta
+from alicia.harness.recorded_llm import STREAMS_DIR, read_events
 from bench._stats import best_per_item
-from harness.recorded_llm import STREAMS_DIR, read_events
 
 SHAPES = ("vllm_reasoning", "ollama_qwen3_think_inline", "openrouter_reasoning")
 

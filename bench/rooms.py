@@ -4,7 +4,7 @@ Run: ``.venv/bin/python bench/rooms.py`` (a few minutes; ``--rooms 10,50,100`` p
 the trials, which stop at the first failure unless ``--keep-going``). All real, on
 127.0.0.1: livekit-server (harness), the recorded-stream LLM in its own process
 (endless reasoning, ``--rate`` steps/s per stream), and per trial a fresh worker
-process ``python -m agent start`` with ``ALICIA_JOB_EXECUTOR=thread``:
+process ``python -m alicia.agent start`` with ``ALICIA_JOB_EXECUTOR=thread``:
 livekit-agents runs every job (room) of the worker as a thread of that one process, so
 all N rooms are served by one process (the default executor would fork a process per
 room). ``ALICIA_MAX_ROOMS=2N`` and ``ALICIA_LOAD_THRESHOLD=inf`` keep the worker taking
@@ -54,12 +54,11 @@ from livekit import rtc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.engine.conversation import META_CLOSED_AT
-from agent.rooms.ffi_routing import route_room, stop_capturing_native_logs
-from bench._stats import percentile
-from harness import LiveKitServer
-from harness.recorded_llm import ENDLESS, Play, RecordedLLM
-from protocol import (
+from alicia.agent.engine.conversation import META_CLOSED_AT
+from alicia.agent.rooms.ffi_routing import route_room, stop_capturing_native_logs
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM
+from alicia.protocol import (
     DATA_TOPIC,
     Acknowledgement,
     Configuration,
@@ -72,6 +71,7 @@ from protocol import (
     envelope,
     new_id,
 )
+from bench._stats import percentile
 from tests.worker_proc import running_worker
 
 TOKENS_PER_STEP = 25  # the endless stream's paragraphs average 25 tokens with the "\n\n"

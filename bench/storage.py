@@ -7,7 +7,7 @@ Throughput (steps/s stored, best of ``--repeat`` runs each, tables emptied and t
 conversation + user messages pre-created before every run, as in real traffic where
 the user message is stored before its steps):
 
-* ``writer`` — :class:`agent.storage.StorageWriter` with its default options: ``submit``
+* ``writer`` — :class:`alicia.agent.storage.StorageWriter` with its default options: ``submit``
   every envelope (yielding to the event loop every 1000, as a worker would), then
   ``flush``; timed from the first submit to the last commit (envelope -> row conversion
   included);
@@ -21,7 +21,7 @@ participant sends ReasoningStep envelopes at ``--rate`` per second to a receiver
 participant through the livekit-server room (reliable data packets on the ``alicia``
 topic); for each envelope it calls ``sink.submit(env)`` and then publishes, as the
 worker does. Latency = receive time - creation time (same process clock). ``on`` =
-a StorageWriter writing to the Postgres, ``off`` = :class:`agent.engine.sink.NullSink`.
+a StorageWriter writing to the Postgres, ``off`` = :class:`alicia.agent.engine.sink.NullSink`.
 
 Corpus: seeded ReasoningStep envelopes, 300-character text, 8 steps per chain.
 Caveats: a shared 2-core machine runs Python, Postgres and livekit-server together;
@@ -54,12 +54,12 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.engine.sink import NullSink, StepSink
-from agent.storage.engine import create_engine
-from agent.storage.tables import reasoning_steps
-from agent.storage.writer import StorageWriter, WriterOptions, migrate
-from harness import LiveKitServer, PostgresServer
-from protocol import DATA_TOPIC, Envelope, ReasoningStep, decode, encode, envelope
+from alicia.agent.engine.sink import NullSink, StepSink
+from alicia.agent.storage.engine import create_engine
+from alicia.agent.storage.tables import reasoning_steps
+from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
+from alicia.harness import LiveKitServer, PostgresServer
+from alicia.protocol import DATA_TOPIC, Envelope, ReasoningStep, decode, encode, envelope
 
 SEED = 20250301
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"

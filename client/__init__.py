@@ -2,7 +2,7 @@
 
 ``ClientSession`` joins a LiveKit room, performs the Configuration handshake, sends
 user messages and folds the agent's envelopes into :class:`Turn` objects. The
-``alicia-client`` console script (:mod:`client.cli`) renders them live with rich.
+``alicia-client`` console script (:mod:`alicia.client.cli`) renders them live with rich.
 """
 
 from .assembly import (

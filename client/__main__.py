@@ -1,4 +1,4 @@
-"""``python -m client``: same as the ``alicia-client`` console script."""
+"""``python -m alicia.client``: same as the ``alicia-client`` console script."""
 
 import sys
 

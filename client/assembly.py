@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from protocol import (
+from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,

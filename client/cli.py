@@ -22,8 +22,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
-from protocol import Envelope
-from protocol.ids import CONVERSATION, new_id
+from alicia.protocol import Envelope
+from alicia.protocol.ids import CONVERSATION, new_id
 
 __all__ = ["EXIT_AGENT", "EXIT_CONNECT", "EXIT_TURN", "EXIT_USAGE", "build_parser", "main"]
 

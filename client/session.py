@@ -22,7 +22,7 @@ another participant can neither speak for the agent nor poison the session's sta
 
 Incoming packets are decoded in the room's data callback, checked for order per sender
 (the server numbers -1, -2, …; replays at or below that sender's high mark are dropped
-as duplicates), folded into turns by :class:`~client.assembly.TurnAssembler` and passed
+as duplicates), folded into turns by :class:`~alicia.client.assembly.TurnAssembler` and passed
 to the listeners synchronously: there is no unbounded queue.
 """
 
@@ -37,8 +37,8 @@ from typing import Any, Final, Literal
 
 from livekit import rtc
 
-from agent.rooms.ffi_routing import stop_capturing_native_logs
-from protocol import (
+from alicia.agent.rooms.ffi_routing import stop_capturing_native_logs
+from alicia.protocol import (
     DATA_TOPIC,
     Configuration,
     Envelope,
@@ -52,7 +52,7 @@ from protocol import (
     encode,
     envelope,
 )
-from protocol.ids import MESSAGE, new_id
+from alicia.protocol.ids import MESSAGE, new_id
 
 from .assembly import (
     AnswerDone,

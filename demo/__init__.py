@@ -1,4 +1,7 @@
-"""The one-command demo (``python -m demo``, run by ``./scripts/demo``): see :mod:`demo.run`."""
+"""The one-command demo (``python -m alicia.demo``, run by ``./scripts/demo``).
+
+See :mod:`alicia.demo.run`.
+"""
 
 from .run import DEFAULT_QUESTION, build_parser, default_data_dir, main
 

@@ -1,4 +1,4 @@
-"""``python -m demo``."""
+"""``python -m alicia.demo``."""
 
 import sys
 

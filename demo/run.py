@@ -2,15 +2,15 @@
 
 Steps, each undone on exit (also on Ctrl-C or failure):
 
-1. livekit-server on 127.0.0.1 with dev keys (:class:`harness.LiveKitServer`);
+1. livekit-server on 127.0.0.1 with dev keys (:class:`alicia.harness.LiveKitServer`);
 2. the LLM: ``LLM_BASE_URL`` (+ ``LLM_MODEL``) if set, else the *demo model* — a local
-   server replaying recorded reasoning streams (:mod:`harness.recorded_llm`), said plainly;
+   server replaying recorded reasoning streams (:mod:`alicia.harness.recorded_llm`), said plainly;
 3. storage: ``DATABASE_URL`` if set, else SQLite under the data directory; migrations
-   applied (:func:`agent.storage.migrate`);
-4. the worker, ``python -m agent start``, as a subprocess (log in the data directory);
+   applied (:func:`alicia.agent.storage.migrate`);
+4. the worker, ``python -m alicia.agent start``, as a subprocess (log in the data directory);
 5. the question(s), asked with the ``alicia-client`` CLI, which streams the steps;
 6. with ``--web``: the web debug page, until Ctrl-C;
-7. the worker is stopped (it flushes storage), then ``python -m agent.storage.stats`` prints
+7. the worker is stopped (it flushes storage), then ``python -m alicia.agent.storage.stats`` prints
    the analytics summary.
 """
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Final
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from harness import LiveKitServer
+    from alicia.harness import LiveKitServer
 
 __all__ = ["DEFAULT_QUESTION", "build_parser", "default_data_dir", "main"]
 
@@ -52,7 +52,7 @@ def default_data_dir() -> Path:
 def build_parser() -> argparse.ArgumentParser:
     """The demo's options."""
     p = argparse.ArgumentParser(
-        prog="python -m demo",
+        prog="python -m alicia.demo",
         description="Start livekit-server and the agent on loopback, ask a question with "
         "the CLI client, show the reasoning streaming, then print the analytics.",
     )
@@ -87,7 +87,7 @@ class DemoError(Exception):
 
 @contextlib.asynccontextmanager
 async def _livekit(console: Console) -> AsyncIterator[LiveKitServer]:
-    from harness import LiveKitServer
+    from alicia.harness import LiveKitServer
 
     server = LiveKitServer()
     await asyncio.to_thread(server.start)
@@ -117,7 +117,7 @@ async def _llm(console: Console, chunk_delay: float) -> AsyncIterator[dict[str, 
         console.print(f"  LLM             [bold]{model}[/] at {base} (from LLM_BASE_URL)")
         yield {"LLM_BASE_URL": base, "LLM_MODEL": model}
         return
-    from harness.recorded_llm import RecordedLLM
+    from alicia.harness.recorded_llm import RecordedLLM
 
     async with RecordedLLM(chunk_delay=chunk_delay) as llm:
         console.print(
@@ -134,7 +134,7 @@ async def _llm(console: Console, chunk_delay: float) -> AsyncIterator[dict[str, 
 async def _storage(console: Console, data_dir: Path) -> str:
     from sqlalchemy.engine import make_url
 
-    from agent.storage.writer import migrate
+    from alicia.agent.storage.writer import migrate
 
     url = os.environ.get("DATABASE_URL", "").strip()
     if not url:
@@ -151,7 +151,7 @@ async def _worker(console: Console, env: dict[str, str], log: Path) -> AsyncIter
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "agent",
+            "alicia.agent",
             "start",
             cwd=ROOT,
             env=env,
@@ -160,7 +160,7 @@ async def _worker(console: Console, env: dict[str, str], log: Path) -> AsyncIter
             stderr=out,
             start_new_session=True,
         )
-    console.print(f"  worker          python -m agent start (pid {proc.pid}, log {log})")
+    console.print(f"  worker          python -m alicia.agent start (pid {proc.pid}, log {log})")
     try:
         await wait_registered(proc, log)
         yield
@@ -223,8 +223,8 @@ async def _run_tool(console: Console, argv: list[str], env: dict[str, str]) -> i
 async def _web(console: Console, env: dict[str, str], port: int, room: str) -> None:
     import uvicorn
 
-    from harness.ports import free_port
-    from web import WebSettings, create_app
+    from alicia.harness.ports import free_port
+    from alicia.web import WebSettings, create_app
 
     class _Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -261,7 +261,7 @@ async def _web(console: Console, env: dict[str, str], port: int, room: str) -> N
 
 async def run(args: argparse.Namespace) -> int:
     """Run the demo; the process exit code."""
-    from protocol.ids import CONVERSATION, new_id
+    from alicia.protocol.ids import CONVERSATION, new_id
 
     console = Console(highlight=False, soft_wrap=True)
     started = time.monotonic()
@@ -314,10 +314,12 @@ async def run(args: argparse.Namespace) -> int:
         await _close_room(livekit, room)
         await stack.aclose()  # stop the worker first: it flushes what it stored
         console.print(
-            "\n[bold]Analytics from storage[/]  [dim]$ python -m agent.storage.stats[/]\n"
+            "\n[bold]Analytics from storage[/]  [dim]$ python -m alicia.agent.storage.stats[/]\n"
         )
         stats_env = env if sys.stdout.isatty() else {**env, "COLUMNS": env.get("COLUMNS", "160")}
-        code = await _run_tool(console, [sys.executable, "-m", "agent.storage.stats"], stats_env)
+        code = await _run_tool(
+            console, [sys.executable, "-m", "alicia.agent.storage.stats"], stats_env
+        )
         if code != 0:
             console.print(f"[red]agent.storage.stats exited with {code}[/]")
             return code
@@ -331,7 +333,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m demo`` (and ``./scripts/demo``)."""
+    """Entry point of ``python -m alicia.demo`` (and ``./scripts/demo``)."""
     args = build_parser().parse_args(argv)
     if os.environ.get("LLM_BASE_URL", "").strip() and not os.environ.get("LLM_MODEL", "").strip():
         Console(stderr=True).print(

@@ -39,7 +39,7 @@ closes): for ControlStop tests and load benchmarks. Every request body is record
 (:attr:`RecordedLLM.requests`, refused ones too), so a test can assert what was sent back
 to the LLM; :attr:`RecordedLLM.disconnects` counts streams the client abandoned.
 
-Run standalone: ``python -m harness.recorded_llm --port 8089 --chunk-delay 0.03``.
+Run standalone: ``python -m alicia.harness.recorded_llm --port 8089 --chunk-delay 0.03``.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ import numpy as np
 from livekit import rtc
 from pocketsphinx import Decoder  # type: ignore[import-untyped]
 
-from agent.speech.espeak import DEFAULT_SPEED, DEFAULT_VOICE
-from agent.speech.sphinx import RATE, decode, to_16k
+from alicia.agent.speech.espeak import DEFAULT_SPEED, DEFAULT_VOICE
+from alicia.agent.speech.sphinx import RATE, decode, to_16k
 
 __all__ = [
     "ROOM_RATE",

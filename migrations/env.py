@@ -1,7 +1,7 @@
-"""Async Alembic environment for the ``alicia_*`` schema (target: ``agent.storage.tables``).
+"""Async Alembic environment for the ``alicia_*`` schema (target: ``alicia.agent.storage.tables``).
 
 The URL comes from, in order: a connection handed over by the caller
-(``config.attributes["connection"]``, used by :func:`agent.storage.migrate`),
+(``config.attributes["connection"]``, used by :func:`alicia.agent.storage.migrate`),
 ``alembic -x url=…``, ``sqlalchemy.url`` in ``alembic.ini``, then ``DATABASE_URL``.
 On PostgreSQL every upgrade/downgrade runs in one transaction holding an advisory lock,
 so workers starting together do not race on the schema.
@@ -17,8 +17,8 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from agent.storage.engine import MIGRATION_LOCK_KEY, VERSION_TABLE, create_engine
-from agent.storage.tables import Base
+from alicia.agent.storage.engine import MIGRATION_LOCK_KEY, VERSION_TABLE, create_engine
+from alicia.agent.storage.tables import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logger", True):

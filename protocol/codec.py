@@ -15,13 +15,13 @@ Decoding is two-step (envelope with a raw body, then the body by its ``type``):
 
 An unknown ``type`` code decodes to an :class:`UnknownBody` and never raises.
 
-Whatever the bytes, :func:`decode` raises only :class:`~protocol.errors.DecodeError`
-(or its :class:`~protocol.errors.ValidationError`): msgspec errors, invalid UTF-8 and
+Whatever the bytes, :func:`decode` raises only :class:`~alicia.protocol.errors.DecodeError`
+(or its :class:`~alicia.protocol.errors.ValidationError`): msgspec errors, invalid UTF-8 and
 nesting too deep for the interpreter's recursion limit are all mapped at this boundary.
 
 :func:`encode` checks what the receiver's decoder would reject and type hints cannot
 express (int32/uint16/uint32 ranges, float ranges, enum and literal values, str meta
-keys, packet size) and raises :class:`~protocol.errors.EncodeError` instead of sending
+keys, packet size) and raises :class:`~alicia.protocol.errors.EncodeError` instead of sending
 a packet the peer must refuse. The checks are a small per-type table derived from the
 Struct definitions with ``msgspec.inspect``; each body type gets a generated encoder
 that runs them as straight-line code and hands anything unusual to the careful path
@@ -394,8 +394,8 @@ def _decode_body(code: int, raw: msgspec.Raw) -> Body | UnknownBody:
 def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
     """Decode and validate one envelope.
 
-    Raises :class:`~protocol.errors.DecodeError` for bytes that are not a MessagePack
-    envelope and :class:`~protocol.errors.ValidationError` for a missing, ill-typed or
+    Raises :class:`~alicia.protocol.errors.DecodeError` for bytes that are not a MessagePack
+    envelope and :class:`~alicia.protocol.errors.ValidationError` for a missing, ill-typed or
     out-of-range field; no other exception for any bytes (a non-bytes argument is a
     ``TypeError``). An unknown ``type`` yields a body of :class:`UnknownBody`.
     """
@@ -422,10 +422,10 @@ def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
 def encode(env: Envelope[Any]) -> bytes:
     """Encode an envelope to MessagePack bytes (primary keys only, absent fields omitted).
 
-    Raises :class:`~protocol.errors.EncodeError` for a value the receiver would reject
+    Raises :class:`~alicia.protocol.errors.EncodeError` for a value the receiver would reject
     (``type`` not matching the body, ``stanzaId`` or a body field out of range, a
     literal/enum field with an unknown value, a non-str meta key, an unencodable value)
-    and :class:`~protocol.errors.PacketTooLargeError` above :data:`MAX_PACKET_BYTES`.
+    and :class:`~alicia.protocol.errors.PacketTooLargeError` above :data:`MAX_PACKET_BYTES`.
     """
     fast = _FAST_ENCODERS.get(type(env.body))
     if fast is not None:

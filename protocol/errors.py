@@ -10,7 +10,7 @@ Exception tree::
     └── OrderingError        a stanzaId breaks its sender's monotonic order (202)
 
 Every error can be turned into the body of an ErrorMessage (type 1) in one place,
-:func:`protocol.codec.error_body`, so the agent never invents codes ad hoc.
+:func:`alicia.protocol.codec.error_body`, so the agent never invents codes ad hoc.
 """
 
 from __future__ import annotations

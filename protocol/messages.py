@@ -3,7 +3,7 @@
 Python attributes are snake_case; wire keys are the camelCase names of PROTOCOL.md §3
 (``rename="camel"``). Optional fields default to ``None`` and are omitted on the wire
 when unset (``omit_defaults``). Range constraints (int32, uint16, …) are checked when
-decoding. Aliases and nil-as-absent are handled by :mod:`protocol.codec`, not here.
+decoding. Aliases and nil-as-absent are handled by :mod:`alicia.protocol.codec`, not here.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from typing import Any
 
 from livekit import api, rtc
 
-from harness import LiveKitServer
-from protocol import (
+from alicia.harness import LiveKitServer
+from alicia.protocol import (
     DATA_TOPIC,
     AssistantSentence,
     Configuration,
@@ -41,7 +41,7 @@ def forged_agent_packets(room: str, previous_id: str = "x") -> list[bytes]:
     """What a participant forging the agent sends: a Configuration naming another
     conversation with stanzaId -2147483647 (it would poison a shared de-duplication
     state), then a StartAnswer for ``previous_id`` and a final "FORGED ANSWER" sentence."""
-    from protocol import AssistantSentence, Configuration, StartAnswer, encode, envelope
+    from alicia.protocol import AssistantSentence, Configuration, StartAnswer, encode, envelope
 
     bodies: list[tuple[Any, int]] = [
         (Configuration(conversation_id="conv_forged", features=["streaming"]), -2147483647),

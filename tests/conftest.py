@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import LiveKitServer, PostgresServer
+from alicia.harness import LiveKitServer, PostgresServer
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """In-memory stand-ins for unit tests of the turn runner (no LiveKit involved).
 
-:class:`MemoryTransport` implements :class:`agent.engine.transport.Transport`: tests deliver
+:class:`MemoryTransport` implements :class:`alicia.agent.engine.transport.Transport`: tests deliver
 client packets into it and read back what the worker sent, addressed to whom. An
 optional ``handler`` sees every sent packet as it is sent (like httpx's MockTransport).
 :class:`FakeClient` numbers a client's envelopes and reads its inbox.
@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent.engine.transport import UNKNOWN_PEER, Incoming, Left, Packet, Peer, TransportError
-from protocol import Body, Envelope, StanzaCounter, decode, encode, envelope
+from alicia.agent.engine.transport import UNKNOWN_PEER, Incoming, Left, Packet, Peer, TransportError
+from alicia.protocol import Body, Envelope, StanzaCounter, decode, encode, envelope
 
 __all__ = ["DEBUG_PEER", "FakeClient", "MemoryTransport", "RecordingSink", "Sent"]
 
@@ -35,7 +35,7 @@ class Sent:
 
 
 class MemoryTransport:
-    """A :class:`~agent.engine.transport.Transport` kept in memory."""
+    """A :class:`~alicia.agent.engine.transport.Transport` kept in memory."""
 
     def __init__(self, handler: Callable[[Sent], None] | None = None) -> None:
         self.sent: list[Sent] = []
@@ -141,7 +141,7 @@ class FakeClient:
 
 
 class RecordingSink:
-    """A :class:`~agent.engine.sink.StepSink` that keeps what it is given (for assertions)."""
+    """A :class:`~alicia.agent.engine.sink.StepSink` keeping what it is given (for assertions)."""
 
     def __init__(self, last_index: dict[str, int] | None = None) -> None:
         self.envelopes: list[Envelope[Any]] = []

@@ -9,8 +9,8 @@ from typing import Any
 
 from livekit import rtc
 
-from harness import LiveKitServer
-from protocol import (
+from alicia.harness import LiveKitServer
+from alicia.protocol import (
     DATA_TOPIC,
     Body,
     Configuration,

@@ -1,4 +1,4 @@
-"""Pytest fixtures and helpers for the recorded-stream LLM server (``harness.recorded_llm``).
+"""Pytest fixtures and helpers for the recorded-stream LLM server (``alicia.harness.recorded_llm``).
 
 Use in a test module::
 
@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest_asyncio
 
-from agent.llm.reasoning import Answer, Part, Reasoning, Summary
-from agent.llm.stream import ResponsesReader
-from harness.recorded_llm import (
+from alicia.agent.llm.reasoning import Answer, Part, Reasoning, Summary
+from alicia.agent.llm.stream import ResponsesReader
+from alicia.harness.recorded_llm import (
     ENDLESS,
     STREAMS_DIR,
     Play,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol import (
+from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,

@@ -12,8 +12,8 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from agent.storage.engine import create_engine, is_sqlite
-from harness import PostgresServer
+from alicia.agent.storage.engine import create_engine, is_sqlite
+from alicia.harness import PostgresServer
 
 __all__ = ["TABLES", "clear", "fetch", "new_database", "utc"]
 

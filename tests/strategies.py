@@ -24,7 +24,7 @@ from typing import Any, Final, Literal
 import msgspec
 from hypothesis import strategies as st
 
-from protocol import BODY_TYPES, Body, Envelope, MessageType, UnknownBody, envelope
+from alicia.protocol import BODY_TYPES, Body, Envelope, MessageType, UnknownBody, envelope
 
 __all__ = [
     "BODY_STRATEGIES",

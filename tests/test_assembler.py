@@ -15,13 +15,13 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agent.engine.assembler import TurnAssembler
-from agent.engine.events import SentenceReady, StepReady, TurnEnded, TurnEvent
-from agent.engine.turn import Turn, TurnOptions
-from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor, Summary
-from agent.llm.stream import stream_deltas
-from harness.recorded_llm import RecordedLLM
-from protocol import StepTracker
+from alicia.agent.engine.assembler import TurnAssembler
+from alicia.agent.engine.events import SentenceReady, StepReady, TurnEnded, TurnEvent
+from alicia.agent.engine.turn import Turn, TurnOptions
+from alicia.agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor, Summary
+from alicia.agent.llm.stream import stream_deltas
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import StepTracker
 from tests.worker_streams import combined_streams
 
 OPTIONS = TurnOptions(model="test-model", system_prompt="Be brief.", step_max_delay_s=30.0)

@@ -29,10 +29,10 @@ import pytest_asyncio
 from livekit import rtc
 from storage_db import fetch, new_database
 
-from client import ClientSession
-from harness import LiveKitServer, PostgresServer
-from harness.recorded_llm import Play, RecordedLLM
-from protocol import (
+from alicia.client import ClientSession
+from alicia.harness import LiveKitServer, PostgresServer
+from alicia.harness.recorded_llm import Play, RecordedLLM
+from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
     Commentary,

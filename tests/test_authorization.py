@@ -17,11 +17,11 @@ import msgspec
 import pytest
 import pytest_asyncio
 
-from agent.engine.sink import META_USAGE
-from agent.engine.sink import STORAGE_ONLY_META as STORAGE_ONLY
-from agent.engine.transport import Peer
-from harness.recorded_llm import ENDLESS, Play, RecordedLLM
-from protocol import (
+from alicia.agent.engine.sink import META_USAGE
+from alicia.agent.engine.sink import STORAGE_ONLY_META as STORAGE_ONLY
+from alicia.agent.engine.transport import Peer
+from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM
+from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,

@@ -20,18 +20,18 @@ from livekit import rtc
 from livekit.agents import Agent, AgentSession, tts
 from livekit.agents.voice import room_io
 
-from agent.engine.conversation import Conversation
-from agent.engine.sink import NullSink
-from agent.engine.tools import default_tools
-from agent.rooms.transport import RoomTransport
-from agent.session import AliciaLLM, ReasoningBridge, attach_reasoning
-from agent.session.bridge import session_settings
-from agent.session.tools import session_tools
-from agent.settings import Settings
-from agent.speech import EspeakTTS
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM
-from protocol import (
+from alicia.agent.engine.conversation import Conversation
+from alicia.agent.engine.sink import NullSink
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.rooms.transport import RoomTransport
+from alicia.agent.session import AliciaLLM, ReasoningBridge, attach_reasoning
+from alicia.agent.session.bridge import session_settings
+from alicia.agent.session.tools import session_tools
+from alicia.agent.settings import Settings
+from alicia.agent.speech import EspeakTTS
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import (
     AssistantSentence,
     ControlStop,
     ErrorMessage,
@@ -42,7 +42,7 @@ from protocol import (
     UserMessage,
     new_id,
 )
-from protocol import ids as id_prefix
+from alicia.protocol import ids as id_prefix
 from tests.livekit_helpers import ProtocolClient, joined, protocol_client
 
 pytestmark = pytest.mark.integration
@@ -111,7 +111,7 @@ async def session_agent(
 
 @contextlib.asynccontextmanager
 async def runner_agent(server: LiveKitServer, llm: RecordedLLM, room: str) -> AsyncIterator[None]:
-    """The worker's own turn runner in ``room`` (what ``python -m agent`` serves)."""
+    """The worker's own turn runner in ``room`` (what ``python -m alicia.agent`` serves)."""
     import openai
 
     async with (
@@ -214,7 +214,7 @@ async def test_a_participant_without_a_grant_gets_no_steps(
 async def test_stop_is_authorised_like_the_worker_s(
     livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> None:
-    from harness.recorded_llm import ENDLESS, Play
+    from alicia.harness.recorded_llm import ENDLESS, Play
 
     llm.route_model("recorded-model", Play(ENDLESS, chunk_delay=0.01))
     room = f"stop-{new_id('r')}"

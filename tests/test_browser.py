@@ -21,9 +21,9 @@ from urllib.parse import urlencode
 import pytest
 import pytest_asyncio
 
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM, load_manifest
-from protocol import new_id
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM, load_manifest
+from alicia.protocol import new_id
 from tests.client_helpers import Script, scripted_agent
 from tests.web_helpers import serving_web
 from tests.worker_proc import running_worker
@@ -123,7 +123,7 @@ async def test_the_page_ignores_a_participant_forging_agent_messages(
     """Mallory floods the room with forged Configuration/StartAnswer/sentences (stanzaId
     -2147483647 first) from before the page joins until it is done; the page still shows
     the agent's own answer and never the forged one."""
-    from protocol import DATA_TOPIC
+    from alicia.protocol import DATA_TOPIC
     from tests.client_helpers import forged_agent_packets
     from tests.livekit_helpers import joined
 
@@ -162,7 +162,7 @@ async def test_with_the_issuer_off_the_page_joins_with_a_backend_token_in_the_fr
     livekit_server: LiveKitServer,
 ) -> None:
     """Production shape: no /token; the app's backend minted the token (fragment only)."""
-    from client.tokens import mint_token
+    from alicia.client.tokens import mint_token
 
     room = new_id("conv")
     jwt = mint_token(livekit_server.api_key, livekit_server.api_secret, room=room, identity="b1")

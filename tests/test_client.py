@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from livekit import rtc
 
-from client import (
+from alicia.client import (
     AgentMissingError,
     ClientSession,
     ConnectError,
     StepReceived,
     mint_token,
 )
-from harness import LiveKitServer
-from harness.ports import free_port
-from protocol import DATA_TOPIC, Configuration, MessageType, UserMessage, new_id
+from alicia.harness import LiveKitServer
+from alicia.harness.ports import free_port
+from alicia.protocol import DATA_TOPIC, Configuration, MessageType, UserMessage, new_id
 from tests.client_helpers import Script, scripted_agent
 from tests.livekit_helpers import joined
 

@@ -7,7 +7,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from client import (
+from alicia.client import (
     AnswerDone,
     AnswerStarted,
     ErrorReceived,
@@ -18,7 +18,7 @@ from client import (
     ToolResulted,
     TurnAssembler,
 )
-from protocol import (
+from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,

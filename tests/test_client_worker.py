@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
-from protocol import MessageType, new_id
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
+from alicia.protocol import MessageType, new_id
 from tests.test_client import run_cli
 from tests.worker_proc import WorkerProcess, running_worker
 from tests.worker_streams import combined_streams
@@ -132,7 +132,7 @@ async def test_under_explicit_dispatch_the_client_trusts_only_the_named_agent(
     another name trusts no one and sends nothing."""
     from livekit import api
 
-    from client import AgentMissingError, ClientSession
+    from alicia.client import AgentMissingError, ClientSession
 
     room = new_id("conv")
     env = {**NO_LOAD_LIMIT, "ALICIA_AGENT_NAME": "alicia-test"}

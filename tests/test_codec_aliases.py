@@ -7,7 +7,7 @@ from typing import Any, Final
 import msgpack
 import pytest
 
-from protocol import (
+from alicia.protocol import (
     Acknowledgement,
     AudioChunk,
     Commentary,
@@ -24,7 +24,7 @@ from protocol import (
     decode,
     encode,
 )
-from protocol import codec as codec_module
+from alicia.protocol import codec as codec_module
 
 pytestmark = pytest.mark.filterwarnings("error")
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import (
+from alicia.protocol import (
     MAX_PACKET_BYTES,
     TEXT_BUDGET_BYTES,
     AssistantSentence,
@@ -40,7 +40,7 @@ from protocol import (
     new_id,
     split_text,
 )
-from protocol import codec as codec_module
+from alicia.protocol import codec as codec_module
 from tests.samples import every_type
 from tests.strategies import envelopes
 

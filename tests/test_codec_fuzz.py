@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import (
+from alicia.protocol import (
     BODY_TYPES,
     Envelope,
     ProtocolError,

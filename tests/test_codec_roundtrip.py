@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import (
+from alicia.protocol import (
     BODY_TYPES,
     MAX_PACKET_BYTES,
     Body,

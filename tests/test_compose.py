@@ -17,8 +17,8 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from agent.settings import Settings
-from web.settings import DEFAULT_PORT, WebSettings
+from alicia.agent.settings import Settings
+from alicia.web.settings import DEFAULT_PORT, WebSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -140,7 +140,7 @@ def test_worker_env_is_valid_settings_pointing_at_the_compose_services(
     assert str(llm.port) == command_option(services["demo-llm"], "--port")
     assert llm.path == "/v1"
     assert command_option(services["demo-llm"], "--host") == "0.0.0.0"
-    assert services["worker"]["command"] == ["python", "-m", "agent", "start"]
+    assert services["worker"]["command"] == ["python", "-m", "alicia.agent", "start"]
 
 
 def test_database_url_matches_postgres_and_migrations_run_first(
@@ -181,4 +181,4 @@ def test_web_env_is_valid_and_its_port_is_published(services: dict[str, dict[str
     assert settings.port == DEFAULT_PORT
     assert ("127.0.0.1", str(DEFAULT_PORT), str(DEFAULT_PORT), "tcp") in published(web)
     assert command_option(web, "--host") == "0.0.0.0"
-    assert web["command"][:3] == ["python", "-m", "web"]
+    assert web["command"][:3] == ["python", "-m", "alicia.web"]

@@ -1,4 +1,4 @@
-"""``python -m demo`` end to end: livekit-server, worker, demo model, CLI, SQLite, stats."""
+"""``python -m alicia.demo`` end to end: livekit-server, worker, demo model, CLI, SQLite, stats."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.recorded_llm import DEFAULT_STREAM, RecordedLLM, load_manifest
+from alicia.harness.recorded_llm import DEFAULT_STREAM, RecordedLLM, load_manifest
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def test_demo_streams_reasoning_answers_and_prints_analytics(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("LLM_BASE_URL", "DATABASE_URL")}
     env.update({"NO_COLOR": "1", "COLUMNS": "200", "XDG_DATA_HOME": str(tmp_path / "xdg")})
     proc = subprocess.run(
-        [sys.executable, "-m", "demo", "--data-dir", str(tmp_path / "data")],
+        [sys.executable, "-m", "alicia.demo", "--data-dir", str(tmp_path / "data")],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -50,7 +50,7 @@ def test_demo_streams_reasoning_answers_and_prints_analytics(tmp_path: Path) -> 
 def test_demo_refuses_an_llm_url_without_a_model(tmp_path: Path) -> None:
     env = {**os.environ, "LLM_BASE_URL": "http://127.0.0.1:9/v1", "LLM_MODEL": ""}
     proc = subprocess.run(
-        [sys.executable, "-m", "demo", "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "alicia.demo", "--data-dir", str(tmp_path)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -72,7 +72,7 @@ async def test_demo_uses_the_endpoint_named_by_llm_base_url(tmp_path: Path) -> N
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "demo",
+            "alicia.demo",
             "--data-dir",
             str(tmp_path),
             "--question",

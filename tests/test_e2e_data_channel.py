@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from harness import LiveKitServer
-from protocol import DATA_TOPIC, MessageType, StanzaCounter, decode, encode, envelope
+from alicia.harness import LiveKitServer
+from alicia.protocol import DATA_TOPIC, MessageType, StanzaCounter, decode, encode, envelope
 from tests.livekit_helpers import Inbox, joined, wait_for_participant
 from tests.samples import CONV, every_type
 

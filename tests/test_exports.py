@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-import protocol
+from alicia import protocol
 
 pytestmark = pytest.mark.filterwarnings("error")
 

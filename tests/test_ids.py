@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from protocol import ids, new_id
+from alicia.protocol import ids, new_id
 
 pytestmark = pytest.mark.filterwarnings("error")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from storage_db import fetch, new_database
 
-from agent.engine.sealing import ReasoningSealer, SealError
-from agent.storage.keys import KeyStore
-from harness import PostgresServer
+from alicia.agent.engine.sealing import ReasoningSealer, SealError
+from alicia.agent.storage.keys import KeyStore
+from alicia.harness import PostgresServer
 
 pytestmark = pytest.mark.integration
 

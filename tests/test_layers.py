@@ -19,14 +19,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "protocol": ("livekit", "agent", "sqlalchemy", "openai"),
-    "agent/llm": ("livekit", "agent.engine", "agent.rooms", "agent.storage", "protocol.codec"),
-    "agent/engine": ("livekit", "agent.rooms", "agent.storage", "sqlalchemy"),
-    "agent/storage": ("livekit", "agent.rooms", "agent.llm"),
+    "alicia/protocol": ("livekit", "alicia.agent", "sqlalchemy", "openai"),
+    "alicia/agent/llm": (
+        "livekit",
+        "alicia.agent.engine",
+        "alicia.agent.rooms",
+        "alicia.agent.storage",
+        "alicia.protocol.codec",
+    ),
+    "alicia/agent/engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
+    "alicia/agent/storage": ("livekit", "alicia.agent.rooms", "alicia.agent.llm"),
 }
-"""Layer folder -> module prefixes none of its modules may import."""
+"""Layer folder (through the alicia package) -> module prefixes none of its modules may
+import."""
 
-ALLOWED_FROM_ENGINE_IN_STORAGE = ("agent.engine.sink", "agent.engine.sealing")
+ALLOWED_FROM_ENGINE_IN_STORAGE = ("alicia.agent.engine.sink", "alicia.agent.engine.sealing")
 """Storage implements the engine's ports (the sink, data keys); it may import those and
 nothing else of the engine."""
 
@@ -73,11 +80,11 @@ def test_no_module_of_a_layer_imports_what_the_layer_may_not(layer: str) -> None
     bad: list[str] = []
     for path in modules:
         for name in _imports(path):
-            if layer == "agent/storage" and any(
+            if layer == "alicia/agent/storage" and any(
                 _matches(name, ok) for ok in ALLOWED_FROM_ENGINE_IN_STORAGE
             ):
                 continue
-            if layer == "agent/storage" and _matches(name, "agent.engine"):
+            if layer == "alicia/agent/storage" and _matches(name, "alicia.agent.engine"):
                 bad.append(f"{path.relative_to(ROOT)}: {name}")
             bad.extend(
                 f"{path.relative_to(ROOT)}: {name}"
@@ -89,18 +96,18 @@ def test_no_module_of_a_layer_imports_what_the_layer_may_not(layer: str) -> None
 
 def test_the_static_check_sees_a_forbidden_import() -> None:
     """The checker itself can fail: a livekit import, a relative one, one in a function."""
-    sample = ROOT / "agent" / "engine" / "_layer_probe.py"
+    sample = ROOT / "alicia" / "agent" / "engine" / "_layer_probe.py"
     sample.write_text(
         "from livekit import rtc\nfrom ..rooms import worker\n"
-        "def f() -> None:\n    import agent.storage.writer\n"
+        "def f() -> None:\n    import alicia.agent.storage.writer\n"
     )
     try:
         names = _imports(sample)
     finally:
         sample.unlink()
     assert "livekit.rtc" in names
-    assert "agent.rooms.worker" in names
-    assert "agent.storage.writer" in names
+    assert "alicia.agent.rooms.worker" in names
+    assert "alicia.agent.storage.writer" in names
 
 
 _BLOCKER = textwrap.dedent(
@@ -128,10 +135,15 @@ _BLOCKER = textwrap.dedent(
 )
 
 LOAD_WITHOUT: dict[str, tuple[str, ...]] = {
-    "protocol": ("livekit", "agent", "sqlalchemy"),
-    "agent.llm": ("livekit", "agent.engine", "agent.rooms", "agent.storage"),
-    "agent.engine": ("livekit", "agent.rooms", "agent.storage", "sqlalchemy"),
-    "agent.storage": ("livekit", "agent.rooms"),
+    "alicia.protocol": ("livekit", "alicia.agent", "sqlalchemy"),
+    "alicia.agent.llm": (
+        "livekit",
+        "alicia.agent.engine",
+        "alicia.agent.rooms",
+        "alicia.agent.storage",
+    ),
+    "alicia.agent.engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
+    "alicia.agent.storage": ("livekit", "alicia.agent.rooms"),
 }
 
 
@@ -148,9 +160,40 @@ def test_each_layer_loads_where_livekit_cannot_be_imported(package: str) -> None
 
 
 def test_the_blocker_really_blocks_livekit() -> None:
-    code = _BLOCKER.format(blocked=("livekit",), package="agent.rooms")
+    code = _BLOCKER.format(blocked=("livekit",), package="alicia.agent.rooms")
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert done.returncode != 0
     assert "livekit is blocked in this layer test" in done.stderr
+
+
+OLD_NAMES = ("agent", "protocol", "client", "web", "harness", "demo")
+
+
+def test_nothing_imports_the_folders_by_their_old_top_level_names() -> None:
+    """Only ``alicia.*`` is installed: an ``import agent`` would load a user's agent.py."""
+    sources = [
+        p
+        for folder in (*OLD_NAMES, "alicia", "tests", "bench", "examples")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    assert len(sources) > 100
+    bad = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in sources
+        for name in _absolute_imports(path)
+        if name.split(".")[0] in OLD_NAMES
+    ]
+    assert bad == []
+
+
+def _absolute_imports(path: Path) -> list[str]:
+    """Module names ``path`` imports absolutely (relative imports stay in the package)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names

@@ -18,9 +18,9 @@ import pytest_asyncio
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from agent.llm.reasoning import Part, ReasoningExtractor, Summary
-from agent.llm.segmenter import segment
-from harness.recorded_llm import ROTATE, RULES, Rejection, recorded_llm
+from alicia.agent.llm.reasoning import Part, ReasoningExtractor, Summary
+from alicia.agent.llm.segmenter import segment
+from alicia.harness.recorded_llm import ROTATE, RULES, Rejection, recorded_llm
 from tests.llm_server import (
     ENDLESS,
     MANIFEST,

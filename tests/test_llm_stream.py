@@ -1,4 +1,4 @@
-"""agent.llm.stream: the SSE decoder over any byte split, and stream errors over real HTTP."""
+"""alicia.agent.llm.stream: the SSE decoder over any byte split, stream errors over real HTTP."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.llm.stream import SSEDecoder, stream_deltas
+from alicia.agent.llm.stream import SSEDecoder, stream_deltas
 
 BODY = (
     b": keep-alive comment\n\n"

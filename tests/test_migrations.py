@@ -16,11 +16,11 @@ from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 from storage_db import fetch, new_database
 
-from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
-from agent.storage.engine import VERSION_TABLE, create_engine
-from agent.storage.tables import TABLE_NAMES, Base
-from agent.storage.writer import StorageWriter, WriterOptions, migrate
-from protocol import (
+from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
+from alicia.agent.storage.engine import VERSION_TABLE, create_engine
+from alicia.agent.storage.tables import TABLE_NAMES, Base
+from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
+from alicia.protocol import (
     AssistantMessage,
     Envelope,
     ReasoningStep,

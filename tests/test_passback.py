@@ -17,13 +17,13 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agent.engine.events import StepReady, ToolFinished, TurnEnded, TurnEvent
-from agent.engine.keeper import Keeper
-from agent.engine.sealing import ReasoningSealer
-from agent.engine.tools import default_tools
-from agent.engine.turn import Exchange, Turn, TurnOptions
-from agent.llm.providers import PROFILES
-from harness.recorded_llm import RecordedLLM
+from alicia.agent.engine.events import StepReady, ToolFinished, TurnEnded, TurnEvent
+from alicia.agent.engine.keeper import Keeper
+from alicia.agent.engine.sealing import ReasoningSealer
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.engine.turn import Exchange, Turn, TurnOptions
+from alicia.agent.llm.providers import PROFILES
+from alicia.harness.recorded_llm import RecordedLLM
 
 TOOL_STREAMS: dict[str, tuple[str, Literal["chat", "responses"]]] = {
     "deepseek_v4_tool_call": ("deepseek", "chat"),

@@ -1,4 +1,4 @@
-"""harness.ports: loopback ports that outgoing connections cannot take first."""
+"""alicia.harness.ports: loopback ports that outgoing connections cannot take first."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from harness.ports import _ephemeral_low, free_port
+from alicia.harness.ports import _ephemeral_low, free_port
 
 
 def test_free_port_is_bindable_and_outside_the_ephemeral_range() -> None:

@@ -7,18 +7,18 @@ from typing import Any
 
 import pytest
 
-from agent.engine.keeper import Keeper, Kept
-from agent.engine.sealing import ReasoningSealer, SealError
-from agent.engine.turn import Exchange, Turn, TurnOptions
-from agent.llm.passback import (
+from alicia.agent.engine.keeper import Keeper, Kept
+from alicia.agent.engine.sealing import ReasoningSealer, SealError
+from alicia.agent.engine.turn import Exchange, Turn, TurnOptions
+from alicia.agent.llm.passback import (
     PASSBACK_KEY,
     PassBackCollector,
     chat_messages,
     responses_input,
     responses_tools,
 )
-from agent.llm.providers import PROFILES, ProviderError, detect, resolve
-from agent.settings import Settings, SettingsError
+from alicia.agent.llm.providers import PROFILES, ProviderError, detect, resolve
+from alicia.agent.settings import Settings, SettingsError
 
 BASE = {
     "LIVEKIT_URL": "ws://127.0.0.1:7880",

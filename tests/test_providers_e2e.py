@@ -19,12 +19,12 @@ import pytest
 import pytest_asyncio
 from livekit import api
 
-from agent.llm.reasoning import CLOSE_MARKERS, DROP_MARKERS, OPEN_MARKERS
-from client import ClientSession
-from client.assembly import Turn
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
-from protocol import new_id
+from alicia.agent.llm.reasoning import CLOSE_MARKERS, DROP_MARKERS, OPEN_MARKERS
+from alicia.client import ClientSession
+from alicia.client.assembly import Turn
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
+from alicia.protocol import new_id
 from tests.worker_proc import WorkerProcess, running_worker
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import re
 import textwrap
 from pathlib import Path
 
-from harness.recorded_llm import RecordedLLM
+from alicia.harness.recorded_llm import RecordedLLM
 from tests.worker_streams import combined_streams
 
 README = Path(__file__).resolve().parents[1] / "README.md"

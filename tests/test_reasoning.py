@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.llm.reasoning import (
+from alicia.agent.llm.reasoning import (
     OPEN_MARKERS,
     Answer,
     Part,

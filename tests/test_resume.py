@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest_asyncio
 
-from harness.recorded_llm import RecordedLLM
-from protocol import (
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import (
     Acknowledgement,
     AssistantSentence,
     Configuration,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.rooms.room_loop import RoomLoop, shared_room_loop
+from alicia.agent.rooms.room_loop import RoomLoop, shared_room_loop
 
 
 class Boom(RuntimeError):

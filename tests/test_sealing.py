@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.engine.sealing import KeyConfigError, ReasoningSealer, SealError, parse_keys
-from agent.settings import Settings, SettingsError
-from protocol import ReasoningStep, encode, envelope
+from alicia.agent.engine.sealing import KeyConfigError, ReasoningSealer, SealError, parse_keys
+from alicia.agent.settings import Settings, SettingsError
+from alicia.protocol import ReasoningStep, encode, envelope
 
 K1, K2 = bytes(range(32)), bytes(range(32, 64))
 CONV = "conv_a"

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import protocol
-from agent.llm.segmenter import STEP_MAX_BYTES, StepSegmenter, segment
+from alicia import protocol
+from alicia.agent.llm.segmenter import STEP_MAX_BYTES, StepSegmenter, segment
 from tests.llm_server import MANIFEST
 
 pytestmark = pytest.mark.filterwarnings("error")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.llm.sentences import SentenceStream
+from alicia.agent.llm.sentences import SentenceStream
 
 ANSWER = (
     "Sure. The answer is 42, which I computed with the calculator. It took no time at all! "

@@ -1,7 +1,7 @@
 """AliciaLLM: a livekit-agents LLM whose reasoning never reaches speech or the transcript.
 
 Every test reads recorded provider streams over real HTTP through the real openai client
-(:class:`harness.recorded_llm.RecordedLLM`, which also enforces each provider's request
+(:class:`alicia.harness.recorded_llm.RecordedLLM`, which also enforces each provider's request
 rules with its real errors), and the AgentSession tests run livekit-agents' own
 ``AgentSession`` (text input, no room) with the session's own function tools.
 """
@@ -16,14 +16,14 @@ import pytest
 import pytest_asyncio
 from livekit.agents import Agent, AgentSession, llm
 
-from agent.engine.events import Usage
-from agent.engine.keeper import Keeper
-from agent.engine.sealing import ReasoningSealer
-from agent.engine.tools import default_tools
-from agent.session import AliciaLLM
-from agent.session.llm import PASSBACK_EXTRA, REASONING_EXTRA
-from agent.session.tools import session_tools
-from harness.recorded_llm import RecordedLLM
+from alicia.agent.engine.events import Usage
+from alicia.agent.engine.keeper import Keeper
+from alicia.agent.engine.sealing import ReasoningSealer
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.session import AliciaLLM
+from alicia.agent.session.llm import PASSBACK_EXTRA, REASONING_EXTRA
+from alicia.agent.session.tools import session_tools
+from alicia.harness.recorded_llm import RecordedLLM
 
 KEY = ("k1", bytes(range(32)))
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from agent.settings import Settings, SettingsError
+from alicia.agent.settings import Settings, SettingsError
 
 REQUIRED = {
     "LIVEKIT_URL": "ws://127.0.0.1:7880",

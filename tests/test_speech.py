@@ -11,8 +11,8 @@ import pytest
 from livekit import rtc
 from livekit.agents import stt
 
-from agent.speech import EspeakTTS, PocketSphinxSTT, load_vad, offline_speech
-from harness.speech import speak, spotted, transcribe
+from alicia.agent.speech import EspeakTTS, PocketSphinxSTT, load_vad, offline_speech
+from alicia.harness.speech import speak, spotted, transcribe
 
 SENTENCES = {
     "The capital of Australia is Canberra, not Sydney.": {"capital", "australia", "sydney"},

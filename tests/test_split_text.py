@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol import TEXT_BUDGET_BYTES, split_text
+from alicia.protocol import TEXT_BUDGET_BYTES, split_text
 
 pytestmark = pytest.mark.filterwarnings("error")
 

@@ -6,7 +6,14 @@ import threading
 
 import pytest
 
-from protocol import ErrorCode, OrderingError, Severity, StanzaCounter, StanzaOrder, error_body
+from alicia.protocol import (
+    ErrorCode,
+    OrderingError,
+    Severity,
+    StanzaCounter,
+    StanzaOrder,
+    error_body,
+)
 
 pytestmark = pytest.mark.filterwarnings("error")
 

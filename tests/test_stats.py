@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import DateTime, bindparam, text
 from storage_db import new_database
 
-from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
-from agent.storage.engine import create_engine
-from agent.storage.stats import main
-from agent.storage.writer import StorageWriter, WriterOptions, migrate
-from harness import free_port
-from protocol import (
+from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
+from alicia.agent.storage.engine import create_engine
+from alicia.agent.storage.stats import main
+from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
+from alicia.harness import free_port
+from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
     Body,
@@ -343,7 +343,7 @@ def test_bad_invocations_exit_with_2(
 
 def test_module_and_console_script(url: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "agent.storage.stats", "--json", "tools"],
+        [sys.executable, "-m", "alicia.agent.storage.stats", "--json", "tools"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -357,7 +357,7 @@ def test_module_and_console_script(url: str) -> None:
         "timer",
     }
     scripts = importlib.metadata.entry_points(group="console_scripts")
-    assert scripts["alicia-stats"].value == "agent.storage.stats:main"
+    assert scripts["alicia-stats"].value == "alicia.agent.storage.stats:main"
 
 
 SPREAD: dict[str, list[Any]] = {

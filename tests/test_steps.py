@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import pytest
 
-from protocol import StepLimitError, StepTracker
+from alicia.protocol import StepLimitError, StepTracker
 
 pytestmark = pytest.mark.filterwarnings("error")
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from storage_db import clear, fetch, new_database
 
-from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE, NullSink, StepSink
-from agent.storage.rows import build_rows
-from agent.storage.spill import decode_items
-from agent.storage.writer import StorageWriter, WriterOptions, migrate, open_sink
-from harness import free_port
-from protocol import (
+from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE, NullSink, StepSink
+from alicia.agent.storage.rows import build_rows
+from alicia.agent.storage.spill import decode_items
+from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate, open_sink
+from alicia.harness import free_port
+from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,
@@ -503,7 +503,7 @@ async def test_refused_record_goes_to_dead_letter_and_the_rest_is_stored(
 async def fetch_exec(url: str, sql: str) -> None:
     from sqlalchemy import text
 
-    from agent.storage.engine import create_engine
+    from alicia.agent.storage.engine import create_engine
 
     engine = create_engine(url, pooled=False)
     try:
@@ -611,7 +611,7 @@ async def test_open_sink_writes_and_closes(url: str, options: WriterOptions) -> 
 
 
 def test_build_rows_groups_a_batch() -> None:
-    from agent.storage.spill import Item
+    from alicia.agent.storage.spill import Item
 
     c = Conv()
     items = [Item(i + 1, 1_700_000_000.0 + i, env) for i, env in enumerate(script(c))]
@@ -862,8 +862,8 @@ async def test_junk_figures_are_ignored_and_the_answer_kept(
 
 
 def test_build_rows_keeps_valid_figures_and_leaves_the_fast_path() -> None:
-    from agent.storage.dialect import Dialect
-    from agent.storage.spill import Item
+    from alicia.agent.storage.dialect import Dialect
+    from alicia.agent.storage.spill import Item
 
     c = Conv()
     answer = AssistantMessage(id="msg_a1", conversation_id=CID, content="a", previous_id="msg_u1")

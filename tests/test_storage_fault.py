@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from storage_db import fetch, new_database
 
-from agent.storage.writer import StorageWriter, WriterOptions, migrate
-from harness import PostgresServer, free_port
-from protocol import Envelope, ReasoningStep, UserMessage, envelope
+from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
+from alicia.harness import PostgresServer, free_port
+from alicia.protocol import Envelope, ReasoningStep, UserMessage, envelope
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -177,8 +177,8 @@ CRASHING_WRITER = textwrap.dedent(
     """
     import asyncio, json, os, sys
     from pathlib import Path
-    from agent.storage.writer import StorageWriter, WriterOptions
-    from protocol import ReasoningStep, envelope
+    from alicia.agent.storage.writer import StorageWriter, WriterOptions
+    from alicia.protocol import ReasoningStep, envelope
 
     async def main() -> None:
         url, spill = sys.argv[1], Path(sys.argv[2])

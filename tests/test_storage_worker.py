@@ -1,4 +1,4 @@
-"""Persistence on, end to end: the real worker process (``python -m agent start``) with
+"""Persistence on, end to end: the real worker process (``python -m alicia.agent start``) with
 ``DATABASE_URL`` set to a fresh, unmigrated database on the real Postgres, a client in a
 real livekit-server room, the recorded LLM over HTTP. What the client received must be
 exactly what is stored, and the analytics views must count it."""
@@ -14,9 +14,9 @@ import pytest
 import pytest_asyncio
 from storage_db import fetch, new_database
 
-from harness import LiveKitServer, PostgresServer
-from harness.recorded_llm import RecordedLLM
-from protocol import (
+from alicia.harness import LiveKitServer, PostgresServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import (
     AssistantSentence,
     ReasoningStep,
     StartAnswer,

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from agent.engine.tools import Tool, ToolBox, ToolError, calculate, default_tools, parse_arguments
+from alicia.agent.engine.tools import (
+    Tool,
+    ToolBox,
+    ToolError,
+    calculate,
+    default_tools,
+    parse_arguments,
+)
 
 
 @pytest.mark.parametrize(

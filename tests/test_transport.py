@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 from livekit import api
 
-from agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
-from agent.rooms.transport import RoomTransport
-from harness import LiveKitServer
-from protocol import DATA_TOPIC, new_id
+from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
+from alicia.agent.rooms.transport import RoomTransport
+from alicia.harness import LiveKitServer
+from alicia.protocol import DATA_TOPIC, new_id
 from tests.fakes import MemoryTransport, Sent
 from tests.livekit_helpers import Inbox, joined, wait_for_participant
 
@@ -139,7 +139,7 @@ async def test_routed_rooms_in_one_process_still_get_their_own_packets(
 ) -> None:
     from livekit.rtc._ffi_client import FfiClient
 
-    from agent.rooms.ffi_routing import FfiRouter
+    from alicia.agent.rooms.ffi_routing import FfiRouter
 
     one, two = new_id("conv"), new_id("conv")
     async with (

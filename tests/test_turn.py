@@ -16,7 +16,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agent.engine.events import (
+from alicia.agent.engine.events import (
     AnswerDelta,
     AnswerStarted,
     SentenceReady,
@@ -27,11 +27,11 @@ from agent.engine.events import (
     TurnEvent,
     Usage,
 )
-from agent.engine.participants import LLMUnavailable
-from agent.engine.tools import default_tools
-from agent.engine.turn import Exchange, Turn, TurnOptions
-from harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
-from protocol import StepTracker
+from alicia.agent.engine.participants import LLMUnavailable
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.engine.turn import Exchange, Turn, TurnOptions
+from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
+from alicia.protocol import StepTracker
 from tests.test_llm_stream import body_handler, chunk, sse
 from tests.test_llm_stream import serve as serve  # the fixture
 from tests.worker_streams import combined_streams

@@ -1,8 +1,9 @@
 """The turn runner over an in-memory transport and the recorded-stream LLM (real HTTP).
 
-Every test drives :class:`agent.engine.conversation.Conversation` through
+Every test drives :class:`alicia.agent.engine.conversation.Conversation` through
 :class:`tests.fakes.MemoryTransport`
-with the real ``openai`` client against ``harness.recorded_llm.RecordedLLM`` on 127.0.0.1, and
+with the real ``openai`` client against ``alicia.harness.recorded_llm.RecordedLLM`` on
+127.0.0.1, and
 asserts what each client receives: types, order, ids, indexes and texts.
 """
 
@@ -23,13 +24,13 @@ import openai
 import pytest
 import pytest_asyncio
 
-from agent.engine.conversation import META_MODEL, Conversation
-from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
-from agent.engine.tools import default_tools
-from agent.engine.transport import Peer
-from agent.settings import Settings
-from harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
-from protocol import (
+from alicia.agent.engine.conversation import META_MODEL, Conversation
+from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.engine.transport import Peer
+from alicia.agent.settings import Settings
+from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
+from alicia.protocol import (
     MAX_PACKET_BYTES,
     Acknowledgement,
     AssistantMessage,

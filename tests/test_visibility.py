@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from agent.engine.participants import visibility_of
-from agent.engine.sealing import ReasoningSealer
-from agent.engine.transport import UNKNOWN_PEER, Peer
-from agent.llm.summary import extractive_summary
-from harness.recorded_llm import Play, RecordedLLM
-from protocol import AssistantSentence, Configuration, Envelope, ReasoningStep, StartAnswer
+from alicia.agent.engine.participants import visibility_of
+from alicia.agent.engine.sealing import ReasoningSealer
+from alicia.agent.engine.transport import UNKNOWN_PEER, Peer
+from alicia.agent.llm.summary import extractive_summary
+from alicia.harness.recorded_llm import Play, RecordedLLM
+from alicia.protocol import AssistantSentence, Configuration, Envelope, ReasoningStep, StartAnswer
 from tests.test_turns import SHOW, count, final_sentence, of, room, user_message
 from tests.worker_streams import combined_streams
 

@@ -19,11 +19,11 @@ import pytest
 import pytest_asyncio
 from livekit import api, rtc
 
-from agent.engine.sealing import ReasoningSealer
-from agent.llm.summary import extractive_summary
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM
-from protocol import AssistantSentence, Configuration, ReasoningStep, UserMessage, new_id
+from alicia.agent.engine.sealing import ReasoningSealer
+from alicia.agent.llm.summary import extractive_summary
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import AssistantSentence, Configuration, ReasoningStep, UserMessage, new_id
 from tests.livekit_helpers import ProtocolClient
 from tests.worker_proc import running_worker
 from tests.worker_streams import combined_streams

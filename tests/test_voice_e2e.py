@@ -1,6 +1,6 @@
 """The whole voice loop with real offline speech, through the real worker and livekit-server.
 
-The worker runs as ``python -m agent start`` with ``ALICIA_VOICE=offline``: an
+The worker runs as ``python -m alicia.agent start`` with ``ALICIA_VOICE=offline``: an
 AgentSession with Silero VAD, pocketsphinx, AliciaLLM (recorded provider stream over real
 HTTP) and espeak-ng, with the reasoning bridge. A client speaks an espeak-ng question
 into the room as a microphone track; the agent transcribes it (Transcription), streams
@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM
-from harness.speech import (
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.harness.speech import (
     ROOM_RATE,
     AudioRecorder,
     Microphone,
@@ -31,7 +31,7 @@ from harness.speech import (
     spotted,
     transcribe,
 )
-from protocol import (
+from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
     Configuration,

@@ -9,9 +9,9 @@ import pytest
 from livekit import api
 from starlette.testclient import TestClient
 
-import web.app
-from web import BUNDLE, WebSettings, create_app
-from web.settings import WebSettingsError
+from alicia import web
+from alicia.web import BUNDLE, WebSettings, create_app
+from alicia.web.settings import WebSettingsError
 
 KEY = "devkey"
 SECRET = "alicia-dev-secret-0123456789abcdef0123"
@@ -41,7 +41,7 @@ def test_the_token_endpoint_is_off_unless_enabled() -> None:
 def test_enabling_it_warns_that_it_is_a_development_issuer(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level("WARNING", logger="web.app"):
+    with caplog.at_level("WARNING", logger="alicia.web.app"):
         create_app(SETTINGS, occupants=occupants)
     assert "development token issuer" in caplog.text
 

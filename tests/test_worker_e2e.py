@@ -1,6 +1,6 @@
 """End to end: the real worker process, the real livekit-server, the recorded LLM over HTTP.
 
-The worker runs as ``python -m agent start`` (``tests/worker_proc.py``) with the env of
+The worker runs as ``python -m alicia.agent start`` (``tests/worker_proc.py``) with the env of
 the session's livekit-server and ``LLM_BASE_URL`` of a recorded-stream server in this
 process. Clients are plain ``rtc.Room`` participants speaking the protocol on
 ``DATA_TOPIC``; every assertion is on decoded envelopes as a client receives them.
@@ -19,9 +19,9 @@ import pytest
 import pytest_asyncio
 from livekit import rtc
 
-from harness import LiveKitServer
-from harness.recorded_llm import ENDLESS, Play, RecordedLLM
-from protocol import (
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM
+from alicia.protocol import (
     DATA_TOPIC,
     AssistantSentence,
     Body,

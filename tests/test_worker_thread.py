@@ -1,10 +1,10 @@
 """The thread job executor: every text room of one worker process on the shared room loop.
 
-Integration: the real worker (``python -m agent start`` with ``ALICIA_JOB_EXECUTOR=thread``),
+Integration: the real worker (``python -m alicia.agent start`` with ``ALICIA_JOB_EXECUTOR=thread``),
 the session's real livekit-server, the recorded LLM over HTTP. Two rooms at once, one
 worker process; each client gets its full ordered turn, and each job ends ("room left")
 after its client has gone. Unit: the room-count load (``ALICIA_MAX_ROOMS``) and how
-:func:`agent.rooms.worker.build_server` installs it.
+:func:`alicia.agent.rooms.worker.build_server` installs it.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import pytest
 import pytest_asyncio
 from livekit import api
 
-from agent.rooms import worker as worker_module
-from agent.settings import Settings
-from harness import LiveKitServer
-from harness.recorded_llm import RecordedLLM
-from protocol import (
+from alicia.agent.rooms import worker as worker_module
+from alicia.agent.settings import Settings
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import (
     AssistantSentence,
     Envelope,
     MessageType,
@@ -50,7 +50,7 @@ STREAMS = ("vllm_reasoning", "deepseek_reasoning_content")
 
 @dataclass
 class FakeServer:
-    """What :func:`agent.rooms.worker._room_load` reads of an AgentServer."""
+    """What :func:`alicia.agent.rooms.worker._room_load` reads of an AgentServer."""
 
     active_jobs: list[object] = field(default_factory=list)
 

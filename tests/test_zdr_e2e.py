@@ -22,10 +22,10 @@ import pytest_asyncio
 from livekit import api
 from storage_db import fetch, new_database
 
-from harness import LiveKitServer, PostgresServer
-from harness.postgres import pg_bindir
-from harness.recorded_llm import RecordedLLM
-from protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
+from alicia.harness import LiveKitServer, PostgresServer
+from alicia.harness.postgres import pg_bindir
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
 from tests.livekit_helpers import protocol_client
 from tests.worker_proc import running_worker
 from tests.worker_streams import combined_streams
@@ -124,7 +124,7 @@ async def test_steps_spilled_during_an_outage_hold_no_plaintext_either(
     only go to the spill files, which the room's writer fills when the room closes. They hold the
     encrypted steps and never the canary; once the database is back a writer replays
     them, and every stored step of both turns decrypts."""
-    from agent.storage.writer import StorageWriter, WriterOptions, default_spill_root
+    from alicia.agent.storage.writer import StorageWriter, WriterOptions, default_spill_root
 
     spec = llm.spec("deepseek_reasoning_content")
     url = await new_database("postgres", postgres_server, tmp_path, "zdr_spill")

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import uvicorn
 
-from harness import LiveKitServer
-from harness.ports import free_port
-from web import WebSettings, create_app
+from alicia.harness import LiveKitServer
+from alicia.harness.ports import free_port
+from alicia.web import WebSettings, create_app
 
 __all__ = ["serving_web"]
 

@@ -1,6 +1,6 @@
-"""Run the real worker (``python -m agent start``) as a subprocess, for tests and benchmarks.
+"""Run the real worker (``python -m alicia.agent start``) as a subprocess, for tests and benchmarks.
 
-:func:`running_worker` starts it against a :class:`harness.LiveKitServer` and an LLM
+:func:`running_worker` starts it against a :class:`alicia.harness.LiveKitServer` and an LLM
 base URL, waits until it has registered with the server (its log says
 ``registered worker``; rooms created before that get no agent), and on exit stops it
 with SIGTERM (SIGKILL after a grace period). The worker's log goes to a file whose
@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import LiveKitServer
+from alicia.harness import LiveKitServer
 
 __all__ = ["WorkerProcess", "running_worker"]
 
@@ -49,7 +49,7 @@ async def running_worker(
     ready_timeout: float = 60.0,
     log_level: str = "info",
 ) -> AsyncIterator[WorkerProcess]:
-    """``python -m agent <mode>`` with the server's env and ``LLM_BASE_URL``; registered."""
+    """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL``; registered."""
     full_env = {
         **os.environ,
         **server.env(),
@@ -72,7 +72,7 @@ async def running_worker(
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "agent",
+                "alicia.agent",
                 mode,
                 "--log-level",
                 log_level,

@@ -1,6 +1,6 @@
 """The web debug page: a token endpoint plus the bundled frontend (``web/frontend``).
 
-``create_app(WebSettings)`` builds the Starlette app; ``python -m web`` serves it with
+``create_app(WebSettings)`` builds the Starlette app; ``python -m alicia.web`` serves it with
 uvicorn on loopback. The browser bundle is built by ``npm run build`` (scripts/setup).
 """
 

@@ -1,4 +1,4 @@
-"""``python -m web``: serve the debug page with uvicorn (loopback by default)."""
+"""``python -m alicia.web``: serve the debug page with uvicorn (loopback by default)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .settings import WebSettings, WebSettingsError
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until interrupted."""
-    p = argparse.ArgumentParser(prog="python -m web", description="Alicia web debug page")
+    p = argparse.ArgumentParser(prog="python -m alicia.web", description="Alicia web debug page")
     p.add_argument("--host", help="listen address (default ALICIA_WEB_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default ALICIA_WEB_PORT or 8080)")
     args = p.parse_args(argv)

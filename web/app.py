@@ -27,8 +27,8 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from client.tokens import mint_token, valid_name
-from protocol.ids import CONVERSATION, new_id
+from alicia.client.tokens import mint_token, valid_name
+from alicia.protocol.ids import CONVERSATION, new_id
 
 from .settings import WebSettings
 

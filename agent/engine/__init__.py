@@ -1,9 +1,9 @@
 """The turn engine: the Alicia protocol for one conversation, with no transport in it.
 
-* ``turn.py``: :class:`~agent.engine.turn.Turn` runs ONE turn (context, LLM rounds, tool
-  calls) and yields typed :mod:`~agent.engine.events` (step ready, answer started, answer
+* ``turn.py``: :class:`~alicia.agent.engine.turn.Turn` runs ONE turn (context, LLM rounds, tool
+  calls) and yields typed :mod:`~alicia.agent.engine.events` (step ready, answer started, answer
   text and sentences, tool requested and finished, turn ended).
-* ``conversation.py``: :class:`~agent.engine.conversation.Conversation` is one
+* ``conversation.py``: :class:`~alicia.agent.engine.conversation.Conversation` is one
   conversation: participants, handshake, routing, stop and variation, replay. It turns
   turn events into envelopes.
 * ``participants.py``: per-participant state (features, stanza order, rate limits, queue)
@@ -12,8 +12,8 @@
 * ``keeper.py``: reasoning kept for a provider's pass-back rule, sealed while it waits.
 * ``sealing.py``: JWE sealing of reasoning (``encryptedValue``) and the data-key port.
 * Ports, owned here and implemented by the layers around it: ``transport.py``
-  (:class:`~agent.engine.transport.Transport`, implemented by front ends) and ``sink.py``
-  (:class:`~agent.engine.sink.StepSink`, implemented by ``agent/storage``).
+  (:class:`~alicia.agent.engine.transport.Transport`, implemented by front ends) and ``sink.py``
+  (:class:`~alicia.agent.engine.sink.StepSink`, implemented by ``agent/storage``).
 
 Imports nothing from ``livekit``, no front end and no storage implementation (pinned by
 ``tests/test_layers.py``).

@@ -1,13 +1,13 @@
 """A turn that someone else runs, assembled into turn events piece by piece.
 
-When a turn source does not run :class:`~agent.engine.turn.Turn` itself (an
+When a turn source does not run :class:`~alicia.agent.engine.turn.Turn` itself (an
 AgentSession runs its own LLM rounds and tools), it hands the pieces it observes to a
 :class:`TurnAssembler`: reasoning text, answer text, tool calls and their outcomes,
-usage, then the end. The assembler makes the same :mod:`~agent.engine.events` a
+usage, then the end. The assembler makes the same :mod:`~alicia.agent.engine.events` a
 :class:`Turn` yields, in the same order and under the same rules: reasoning is cut into
-steps by :class:`~agent.llm.segmenter.StepSegmenter` (a step closes before the answer
+steps by :class:`~alicia.agent.llm.segmenter.StepSegmenter` (a step closes before the answer
 or a tool call starts), ``stepIndex`` comes from the conversation's
-:class:`~protocol.StepTracker`, the answer goes out sentence by sentence, and the end is
+:class:`~alicia.protocol.StepTracker`, the answer goes out sentence by sentence, and the end is
 ``AnswerStarted`` (if the answer never started), a final ``SentenceReady``, then
 ``TurnEnded``. It is synchronous and knows no transport.
 """
@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.llm.segmenter import StepSegmenter
-from agent.llm.sentences import SentenceStream
-from protocol import ProtocolError, StepTracker
+from alicia.agent.llm.segmenter import StepSegmenter
+from alicia.agent.llm.sentences import SentenceStream
+from alicia.protocol import ProtocolError, StepTracker
 
 from .events import (
     AnswerDelta,
@@ -40,7 +40,7 @@ __all__ = ["TurnAssembler"]
 
 
 class TurnAssembler:
-    """Pieces of one observed turn in, :mod:`~agent.engine.events` out."""
+    """Pieces of one observed turn in, :mod:`~alicia.agent.engine.events` out."""
 
     def __init__(
         self,

@@ -1,14 +1,14 @@
 """One conversation served entirely by the engine: a protocol session and its turn runner.
 
-:class:`Conversation` is the :class:`~agent.engine.session.ProtocolSession` (the Alicia
+:class:`Conversation` is the :class:`~alicia.agent.engine.session.ProtocolSession` (the Alicia
 protocol with every client: handshake, authorisation, visibility, replay, storage)
-fed by the engine's own :class:`~agent.engine.runner.TurnRunner` (a queue per
-participant, :class:`~agent.engine.turn.Turn`, stop, variations). The LiveKit worker
+fed by the engine's own :class:`~alicia.agent.engine.runner.TurnRunner` (a queue per
+participant, :class:`~alicia.agent.engine.turn.Turn`, stop, variations). The LiveKit worker
 serves text rooms with it; an AgentSession feeds the same protocol session through its
 bridge instead (``agent/session/bridge.py``).
 
 This module knows nothing of LiveKit; front ends hand it a
-:class:`~agent.engine.transport.Transport`.
+:class:`~alicia.agent.engine.transport.Transport`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import openai
 
-from agent.settings import Settings
+from alicia.agent.settings import Settings
 
 from .projection import META_CLOSED_AT, META_MODEL
 from .runner import TurnRunner

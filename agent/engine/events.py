@@ -1,4 +1,4 @@
-"""What one turn produces, as typed events (:meth:`agent.engine.turn.Turn.events`).
+"""What one turn produces, as typed events (:meth:`alicia.agent.engine.turn.Turn.events`).
 
 A turn yields, in order: any number of :class:`StepReady`, :class:`ToolRequested` /
 :class:`ToolFinished` pairs (between LLM rounds) and, once the answer starts,
@@ -8,7 +8,7 @@ the end (also for an empty answer), and the last :class:`SentenceReady` before t
 has ``final=True`` (its text may be empty).
 
 Front ends turn these into their own wire form: Alicia envelopes
-(:mod:`agent.engine.conversation`), AG-UI events, or an AgentSession's chat chunks.
+(:mod:`alicia.agent.engine.conversation`), AG-UI events, or an AgentSession's chat chunks.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from protocol import ProtocolError
+from alicia.protocol import ProtocolError
 
 from .keeper import Kept
 from .tools import Outcome

@@ -1,6 +1,6 @@
 """Reasoning kept for a provider's pass-back rule, sealed while it waits.
 
-Some providers need their own reasoning back (:mod:`agent.llm.providers`): between the
+Some providers need their own reasoning back (:mod:`alicia.agent.llm.providers`): between the
 rounds of a turn (DeepSeek V4, OpenRouter) or from turn to turn (the Responses API's
 reasoning items). A :class:`Keeper` holds that material as :class:`Kept` values: sealed
 with the conversation's data key (JWE, the same sealing as ``encryptedValue``) when the

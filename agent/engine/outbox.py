@@ -1,9 +1,9 @@
 """Everything a conversation sends goes out here: numbered, stored, kept, transmitted.
 
 :class:`Outbox` gives each envelope the next server ``stanzaId``, hands it to the
-:class:`~agent.engine.sink.StepSink`, keeps the last ``keep`` envelopes as sent (bytes,
+:class:`~alicia.agent.engine.sink.StepSink`, keeps the last ``keep`` envelopes as sent (bytes,
 recipients, reasoning level) for replay on resume (PROTOCOL.md §4.9), and sends it over
-the :class:`~agent.engine.transport.Transport`. One lock orders it all, so stanza ids
+the :class:`~alicia.agent.engine.transport.Transport`. One lock orders it all, so stanza ids
 leave in the order they were given.
 """
 
@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Final
 
-from protocol import Body, StanzaCounter, encode, envelope
-from protocol.errors import EncodeError
+from alicia.protocol import Body, StanzaCounter, encode, envelope
+from alicia.protocol.errors import EncodeError
 
 from .participants import InvalidState, Visibility
 from .sink import StepSink

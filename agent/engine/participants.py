@@ -5,7 +5,7 @@ for in its Configuration (reasoning steps shown? streamed answers?), checks that
 stanzaIds rise, limits how fast it may send (and how many ErrorMessages it gets back),
 and holds a bounded queue of work (turns, variations) that one task runs in order.
 
-Errors the worker reports to a client, on top of ``protocol.errors``::
+Errors the worker reports to a client, on top of ``alicia.protocol.errors``::
 
     ProtocolError
     ├── DecodeError
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from protocol import (
+from alicia.protocol import (
     DecodeError,
     ErrorCode,
     Feature,
@@ -39,7 +39,7 @@ from protocol import (
 from .transport import UNKNOWN_PEER, Peer
 
 if TYPE_CHECKING:
-    from agent.settings import Settings
+    from alicia.agent.settings import Settings
 
 __all__ = [
     "OPERATOR_GRANT",

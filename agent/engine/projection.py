@@ -1,8 +1,8 @@
 """One turn's events as Alicia envelopes: the single projection every turn source uses.
 
 :class:`TurnProjection` is made by
-:meth:`~agent.engine.session.ProtocolSession.open_turn` and fed the turn's
-:mod:`~agent.engine.events` in order:
+:meth:`~alicia.agent.engine.session.ProtocolSession.open_turn` and fed the turn's
+:mod:`~alicia.agent.engine.events` in order:
 
 * ``StepReady`` -> ReasoningStep (``previousId`` = user message) in the rendition each
   participant's level allows: ``full`` the step, ``summary`` the provider's own summary
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from agent.llm.summary import extractive_summary, model_summary
-from protocol import (
+from alicia.agent.llm.summary import extractive_summary, model_summary
+from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,
@@ -40,7 +40,7 @@ from protocol import (
     ToolUseResult,
     new_id,
 )
-from protocol import ids as id_prefix
+from alicia.protocol import ids as id_prefix
 
 from .events import (
     AnswerStarted,

@@ -2,13 +2,13 @@
 
 :class:`TurnRunner` runs each participant's turns (UserMessages, variations, final
 transcripts) in that participant's own task, one after another, from a bounded queue
-(full: ErrorMessage 504). Each turn is a :class:`~agent.engine.turn.Turn` whose events
+(full: ErrorMessage 504). Each turn is a :class:`~alicia.agent.engine.turn.Turn` whose events
 go through the session's projection (:meth:`ProtocolSession.open_turn`); a stop cancels
 the turn's LLM stream or tool at once and the turn still ends properly.
 
 Reasoning goes back to the LLM only where the provider's pass-back rule needs it
-(:mod:`agent.llm.providers`), sealed with the conversation's data key while it waits
-(:class:`~agent.engine.keeper.Keeper`).
+(:mod:`alicia.agent.llm.providers`), sealed with the conversation's data key while it waits
+(:class:`~alicia.agent.engine.keeper.Keeper`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import openai
 
-from protocol import ids as id_prefix
-from protocol import new_id
+from alicia.protocol import ids as id_prefix
+from alicia.protocol import new_id
 
 from .keeper import Keeper
 from .participants import Overloaded, Participant, TurnRequest

@@ -1,15 +1,15 @@
 """The Alicia protocol for one conversation (one room), whoever runs its turns.
 
-:class:`ProtocolSession` reads packets from a :class:`~agent.engine.transport.Transport`
+:class:`ProtocolSession` reads packets from a :class:`~alicia.agent.engine.transport.Transport`
 and answers them. For every packet, in this order: the sender's rate limit (token
 bucket), the size limit, decoding, the sender's stanza order, then dispatch. Bad input
 of any kind is answered with an ErrorMessage to that sender only (itself rate-limited)
 and never disturbs other participants.
 
-Turns are run by a :class:`~agent.engine.source.TurnSource` (our own
-:class:`~agent.engine.runner.TurnRunner`, or an AgentSession through its bridge); each
+Turns are run by a :class:`~alicia.agent.engine.source.TurnSource` (our own
+:class:`~alicia.agent.engine.runner.TurnRunner`, or an AgentSession through its bridge); each
 turn reports its events through :meth:`ProtocolSession.open_turn`, a
-:class:`~agent.engine.projection.TurnProjection` that makes them envelopes. So every
+:class:`~alicia.agent.engine.projection.TurnProjection` that makes them envelopes. So every
 source sends the same traffic under the same rules.
 
 Who may do what (one rule, :meth:`ProtocolSession.may_act_for`): a participant may stop
@@ -21,7 +21,7 @@ Types only the agent sends (ReasoningStep, answers, sentences, tool use, transcr
 are refused from clients with 203 and never stored; packets from other agents in the
 room are ignored. Every refusal is counted in :attr:`ProtocolSession.refused`.
 
-Every sent envelope is stored (:class:`~agent.engine.outbox.Outbox`); of what clients
+Every sent envelope is stored (:class:`~alicia.agent.engine.outbox.Outbox`); of what clients
 send, only accepted UserMessages (and the ControlStops that stopped a turn) are. A client
 that resumes (Configuration naming this conversation with ``lastSequenceSeen`` L > 0,
 PROTOCOL.md §4.9) gets an Acknowledgement of L, the Configuration, then every kept
@@ -43,8 +43,8 @@ from typing import Any, Final
 import msgspec
 import openai
 
-from agent.settings import Settings
-from protocol import (
+from alicia.agent.settings import Settings
+from alicia.protocol import (
     MAX_PACKET_BYTES,
     Acknowledgement,
     Commentary,
@@ -66,8 +66,8 @@ from protocol import (
     error_body,
     new_id,
 )
-from protocol import AudioChunk as _AudioChunk
-from protocol import ids as id_prefix
+from alicia.protocol import AudioChunk as _AudioChunk
+from alicia.protocol import ids as id_prefix
 
 from .outbox import Outbox, ReplayBudget, ReplayGap
 from .participants import (

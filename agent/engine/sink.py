@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol, runtime_checkable
 
-from protocol import Envelope
+from alicia.protocol import Envelope
 
 __all__ = [
     "META_FIRST_REASONING_MS",

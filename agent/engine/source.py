@@ -1,14 +1,14 @@
 """The port between a protocol session and whatever runs its turns.
 
-A :class:`~agent.engine.session.ProtocolSession` speaks the Alicia protocol with the
+A :class:`~alicia.agent.engine.session.ProtocolSession` speaks the Alicia protocol with the
 clients of one conversation; a :class:`TurnSource` runs the turns. Two sources exist:
-the engine's own :class:`~agent.engine.runner.TurnRunner` (queue per participant,
-:class:`~agent.engine.turn.Turn`, stop, variations) and the LiveKit AgentSession bridge
+the engine's own :class:`~alicia.agent.engine.runner.TurnRunner` (queue per participant,
+:class:`~alicia.agent.engine.turn.Turn`, stop, variations) and the LiveKit AgentSession bridge
 (``agent/session/bridge.py``), where the AgentSession runs the turns itself.
 
 The session decides *whether* something may happen (authorisation, ids, rate limits);
 the source only does it. A source reports each turn through the session's
-:meth:`~agent.engine.session.ProtocolSession.open_turn` projection, so both sources send
+:meth:`~alicia.agent.engine.session.ProtocolSession.open_turn` projection, so both sources send
 identical protocol traffic.
 """
 
@@ -36,7 +36,7 @@ class TurnSource(Protocol):
 
     async def submit(self, p: Participant, request: TurnRequest) -> None:
         """Run a turn for ``request`` (asked by ``p``), now or queued; raise a
-        :class:`~protocol.ProtocolError` if it cannot be taken."""
+        :class:`~alicia.protocol.ProtocolError` if it cannot be taken."""
         ...
 
     def queued_owner(self, user_id: str) -> str | None:

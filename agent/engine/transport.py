@@ -1,9 +1,9 @@
 """The transport port: how a conversation reaches the participants it talks to.
 
-:class:`Transport` is the interface :class:`~agent.engine.conversation.Conversation`
+:class:`Transport` is the interface :class:`~alicia.agent.engine.conversation.Conversation`
 sees: ``send`` bytes to some participants, iterate incoming packets (and departures),
 ``aclose``. One envelope is one packet; the transport neither encodes nor decodes.
-Front ends implement it: ``agent.rooms.transport.RoomTransport`` on a LiveKit room;
+Front ends implement it: ``alicia.agent.rooms.transport.RoomTransport`` on a LiveKit room;
 ``tests/fakes.py`` has an in-memory one.
 
 Exception tree::

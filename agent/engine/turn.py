@@ -2,14 +2,14 @@
 
 :meth:`Turn.events` builds the chat context (system prompt, past user messages and
 answers, never reasoning), streams the LLM (OpenAI-compatible, ``stream=True``) and
-yields :mod:`~agent.engine.events` as the text arrives:
+yields :mod:`~alicia.agent.engine.events` as the text arrives:
 
-1. each delta goes through :class:`~agent.llm.reasoning.ReasoningExtractor`; reasoning
-   text goes through :class:`~agent.llm.segmenter.StepSegmenter` and leaves as
-   :class:`~agent.engine.events.StepReady` (``stepIndex`` from the conversation's
-   :class:`~protocol.StepTracker`, seeded once from storage);
+1. each delta goes through :class:`~alicia.agent.llm.reasoning.ReasoningExtractor`; reasoning
+   text goes through :class:`~alicia.agent.llm.segmenter.StepSegmenter` and leaves as
+   :class:`~alicia.agent.engine.events.StepReady` (``stepIndex`` from the conversation's
+   :class:`~alicia.protocol.StepTracker`, seeded once from storage);
 2. tool calls close the open step, are announced (``ToolRequested``), run by the
-   :class:`~agent.engine.tools.ToolBox`, reported (``ToolFinished``) and fed back to the
+   :class:`~alicia.agent.engine.tools.ToolBox`, reported (``ToolFinished``) and fed back to the
    LLM for another round (at most ``max_tool_rounds`` rounds offer tools);
 3. answer text opens the answer (``AnswerStarted``) and leaves as ``AnswerDelta`` and,
    sentence by sentence, ``SentenceReady``;
@@ -34,22 +34,22 @@ from typing import Any, Final, Literal, TypeVar, cast
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
-from agent.llm.passback import (
+from alicia.agent.llm.passback import (
     PASSBACK_KEY,
     PassBackCollector,
     chat_messages,
     responses_input,
     responses_tools,
 )
-from agent.llm.providers import PROFILES, Effort, PassBack, PassBackForm, Profile, resolve
-from agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
-from agent.llm.segmenter import StepSegmenter
-from agent.llm.sentences import SentenceStream
-from agent.llm.stream import stream_deltas, stream_response_deltas
-from agent.llm.toolcalls import ToolCall, merge_tool_call
-from agent.settings import Settings
-from protocol import ProtocolError, StepTracker, new_id
-from protocol import ids as id_prefix
+from alicia.agent.llm.providers import PROFILES, Effort, PassBack, PassBackForm, Profile, resolve
+from alicia.agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
+from alicia.agent.llm.segmenter import StepSegmenter
+from alicia.agent.llm.sentences import SentenceStream
+from alicia.agent.llm.stream import stream_deltas, stream_response_deltas
+from alicia.agent.llm.toolcalls import ToolCall, merge_tool_call
+from alicia.agent.settings import Settings
+from alicia.protocol import ProtocolError, StepTracker, new_id
+from alicia.protocol import ids as id_prefix
 
 from .events import (
     AnswerDelta,
@@ -76,7 +76,7 @@ _SEED_TIMEOUT_S: Final = 1.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnOptions:
-    """How turns talk to the model (a subset of :class:`~agent.settings.Settings`)."""
+    """How turns talk to the model (a subset of :class:`~alicia.agent.settings.Settings`)."""
 
     model: str
     """Model name sent with each request."""

@@ -1,7 +1,7 @@
 """Reasoning a provider needs back, and requests in each API's shape.
 
 :class:`PassBackCollector` keeps, from one streamed round, what the provider's
-pass-back rule (:mod:`agent.llm.providers`) says must go back to it: DeepSeek V4's
+pass-back rule (:mod:`alicia.agent.llm.providers`) says must go back to it: DeepSeek V4's
 ``reasoning_content``, OpenRouter's ``reasoning_details`` (text with its signature,
 summaries, encrypted items; streamed pieces of one item are joined), or the Responses
 API's reasoning items (with ``encrypted_content``). Gemini's thought signatures travel

@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from protocol import TEXT_BUDGET_BYTES
+from alicia.protocol import TEXT_BUDGET_BYTES
 
 __all__ = ["STEP_MAX_BYTES", "StepSegmenter", "segment"]
 

@@ -10,7 +10,7 @@ initial). Decimal numbers (``3.5``) never hold a boundary: no space follows thei
 released once text of the next sentence has arrived, so the text still held at the end
 of the stream is always the last sentence. Short sentences (under ``min_chars``) are
 merged with the next one, and every released piece fits one packet (longer ones are
-cut with :func:`protocol.split_text`).
+cut with :func:`alicia.protocol.split_text`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from protocol import TEXT_BUDGET_BYTES, split_text
+from alicia.protocol import TEXT_BUDGET_BYTES, split_text
 
 __all__ = ["SentenceStream", "sentence_ends"]
 

@@ -2,7 +2,7 @@
 
 * ``worker.py``: the ``AgentServer`` (``cli.run_app``) and the per-room entrypoint that
   wires settings, storage, the LLM client, a ``RoomTransport`` and a ``Conversation``.
-* ``transport.py``: :class:`~agent.rooms.transport.RoomTransport`, the engine's transport
+* ``transport.py``: :class:`~alicia.agent.rooms.transport.RoomTransport`, the engine's transport
   port on a connected ``livekit.rtc.Room``.
 * ``ffi_routing.py``: per-room routing of the livekit FFI's events (O(1) per event).
 * ``room_loop.py``: one shared event loop for every text room of a thread-executor worker.

@@ -1,4 +1,4 @@
-"""The engine's :class:`~agent.engine.transport.Transport` on a LiveKit room.
+"""The engine's :class:`~alicia.agent.engine.transport.Transport` on a LiveKit room.
 
 :class:`RoomTransport` sends and receives one envelope per reliable data packet on the
 protocol's topic of a connected ``livekit.rtc.Room``, and reports departures.
@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from livekit import rtc
 
-from agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
-from protocol import DATA_TOPIC
+from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
+from alicia.protocol import DATA_TOPIC
 
 from .ffi_routing import publish, route_room
 

@@ -2,13 +2,13 @@
 
 A voice room (``ALICIA_VOICE=offline``, or ``ALICIA_STT``/``ALICIA_TTS`` naming plugins)
 is served by an ordinary ``AgentSession``: VAD, endpointing, interruptions, STT, the
-:class:`~agent.session.llm.AliciaLLM` (reasoning kept out of the speech) and TTS, with
-the engine's tools as function tools. :func:`~agent.session.bridge.attach_reasoning`
+:class:`~alicia.agent.session.llm.AliciaLLM` (reasoning kept out of the speech) and TTS, with
+the engine's tools as function tools. :func:`~alicia.agent.session.bridge.attach_reasoning`
 speaks the Alicia protocol to the protocol clients in the room, exactly as a user's own
 AgentSession app would.
 
 Speech parts: ``ALICIA_VOICE=offline`` gives Silero VAD, pocketsphinx (through
-livekit-agents' stream adapter) and Debian's espeak-ng (:mod:`agent.speech`);
+livekit-agents' stream adapter) and Debian's espeak-ng (:mod:`alicia.agent.speech`);
 ``ALICIA_STT`` / ``ALICIA_TTS`` (``module:callable``) replace either part with any
 plugin. The plugin packages are not dependencies of this project: install the ones
 you configure.
@@ -23,11 +23,11 @@ from typing import Any
 
 from livekit.agents import Agent, AgentSession, JobContext, stt, tts, vad
 
-from agent.engine.tools import default_tools
-from agent.session.bridge import attach_reasoning
-from agent.session.llm import AliciaLLM
-from agent.session.tools import session_tools
-from agent.settings import Settings
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.session.bridge import attach_reasoning
+from alicia.agent.session.llm import AliciaLLM
+from alicia.agent.session.tools import session_tools
+from alicia.agent.settings import Settings
 
 __all__ = ["VoiceParts", "load_plugin", "serve_voice_room", "voice_parts"]
 
@@ -56,7 +56,7 @@ def voice_parts(settings: Settings) -> VoiceParts:
     """The speech parts ``settings`` name: the offline ones, replaced by any plugin."""
     parts = VoiceParts(None, None, None)
     if settings.voice_mode == "offline":
-        from agent.speech import offline_speech  # loads the VAD model
+        from alicia.agent.speech import offline_speech  # loads the VAD model
 
         speech = offline_speech()
         parts = VoiceParts(speech.stt, speech.tts, speech.vad)

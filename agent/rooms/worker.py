@@ -4,7 +4,7 @@
 automatic dispatch sends it to every new room (unless ``ALICIA_AGENT_NAME`` is set).
 For each room, :func:`entrypoint` connects, opens the storage sink, and serves the room's
 conversation (conversation id = room name) until the room closes. Run it with
-``python -m agent start`` (production) or ``python -m agent dev``.
+``python -m alicia.agent start`` (production) or ``python -m alicia.agent dev``.
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ import openai
 from livekit import api, rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
 
-from agent.engine.conversation import Conversation
-from agent.engine.sink import NullSink, StepSink
-from agent.engine.tools import default_tools
-from agent.engine.turn import TurnOptions
-from agent.llm.providers import resolve
-from agent.settings import Settings, load
+from alicia.agent.engine.conversation import Conversation
+from alicia.agent.engine.sink import NullSink, StepSink
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.engine.turn import TurnOptions
+from alicia.agent.llm.providers import resolve
+from alicia.agent.settings import Settings, load
 
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
 
 if TYPE_CHECKING:
-    from agent.storage.keys import KeyStore
+    from alicia.agent.storage.keys import KeyStore
 
 __all__ = ["build_server", "entrypoint", "open_keys"]
 
@@ -113,8 +113,8 @@ async def open_sink(url: str | None, *, close_timeout_s: float = 10.0) -> StepSi
     if not url:
         return NullSink()
     # SQLAlchemy only when storing.
-    from agent.storage.writer import WriterOptions
-    from agent.storage.writer import open_sink as open_storage
+    from alicia.agent.storage.writer import WriterOptions
+    from alicia.agent.storage.writer import open_sink as open_storage
 
     return await open_storage(url, WriterOptions(close_timeout_s=close_timeout_s))
 
@@ -127,8 +127,8 @@ def open_keys(settings: Settings) -> KeyStore | None:
                 "ALICIA_ZDR without DATABASE_URL and ALICIA_REASONING_KEYS: no step is stored"
             )
         return None
-    from agent.engine.sealing import ReasoningSealer
-    from agent.storage.keys import KeyStore
+    from alicia.agent.engine.sealing import ReasoningSealer
+    from alicia.agent.storage.keys import KeyStore
 
     return KeyStore(settings.database_url, ReasoningSealer(settings.reasoning_keys))
 

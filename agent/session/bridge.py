@@ -2,15 +2,15 @@
 
 :func:`attach_reasoning` attaches a :class:`ReasoningBridge` to a running
 ``livekit.agents.AgentSession`` and its room. The bridge is a
-:class:`~agent.engine.source.TurnSource` for the engine's
-:class:`~agent.engine.session.ProtocolSession`: the AgentSession runs the turns (VAD,
+:class:`~alicia.agent.engine.source.TurnSource` for the engine's
+:class:`~alicia.agent.engine.session.ProtocolSession`: the AgentSession runs the turns (VAD,
 endpointing, interruptions, STT, LLM, tools, TTS) and the bridge reports each of them to
 the protocol clients in the room, through the same projection and under the same rules
 (grants, visibility levels, encrypted values, ZDR, storage) as the worker's own turns:
 
 * each final user transcript -> a Transcription (its id is the turn's user message);
 * each speech of the agent -> one turn: ReasoningSteps from the LLM's reasoning (the
-  :class:`~agent.session.llm.AliciaLLM` reports it to the bridge; it never reaches
+  :class:`~alicia.agent.session.llm.AliciaLLM` reports it to the bridge; it never reaches
   the chat chunks' content, so never TTS or the transcript), ToolUseRequest/Result
   from the session's own tool calls, StartAnswer and AssistantSentences from what the
   agent says, and the end (``stopped`` when the speech was interrupted: the answer is
@@ -44,26 +44,26 @@ from livekit.agents.voice.events import (
     UserInputTranscribedEvent,
 )
 
-from agent.engine.assembler import TurnAssembler
-from agent.engine.events import TurnEvent, TurnStatus, Usage
-from agent.engine.participants import (
+from alicia.agent.engine.assembler import TurnAssembler
+from alicia.agent.engine.events import TurnEvent, TurnStatus, Usage
+from alicia.agent.engine.participants import (
     InvalidState,
     LLMUnavailable,
     Overloaded,
     Participant,
     TurnRequest,
 )
-from agent.engine.projection import TurnProjection
-from agent.engine.session import ProtocolSession
-from agent.engine.sink import StepSink
-from agent.engine.tools import Outcome, ToolError, parse_arguments
-from agent.rooms.transport import RoomTransport
-from agent.settings import Settings
-from protocol import ids as id_prefix
-from protocol import new_id
+from alicia.agent.engine.projection import TurnProjection
+from alicia.agent.engine.session import ProtocolSession
+from alicia.agent.engine.sink import StepSink
+from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
+from alicia.agent.rooms.transport import RoomTransport
+from alicia.agent.settings import Settings
+from alicia.protocol import ids as id_prefix
+from alicia.protocol import new_id
 
 if TYPE_CHECKING:
-    from agent.engine.sealing import DataKeys
+    from alicia.agent.engine.sealing import DataKeys
 
 __all__ = ["ReasoningBridge", "attach_reasoning"]
 
@@ -496,7 +496,7 @@ async def attach_reasoning(
     ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
     variables are not needed here. The bridge closes with the session.
     """
-    from agent.rooms.worker import open_keys, open_sink  # storage only when configured
+    from alicia.agent.rooms.worker import open_keys, open_sink  # storage only when configured
 
     if settings is None:
         settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))

@@ -2,9 +2,9 @@
 
 :class:`AliciaLLM` talks to any OpenAI-compatible endpoint (chat completions, or the
 Responses API) through the real ``openai`` client, and reads the stream with this
-project's own parts: the SSE decoder (:mod:`agent.llm.stream`), the reasoning extractor
-for every provider shape (:mod:`agent.llm.reasoning`), the provider profiles
-(:mod:`agent.llm.providers`) and the pass-back rules (:mod:`agent.llm.passback`).
+project's own parts: the SSE decoder (:mod:`alicia.agent.llm.stream`), the reasoning extractor
+for every provider shape (:mod:`alicia.agent.llm.reasoning`), the provider profiles
+(:mod:`alicia.agent.llm.providers`) and the pass-back rules (:mod:`alicia.agent.llm.passback`).
 
 What an AgentSession gets from each round (``chat()``):
 
@@ -19,14 +19,14 @@ What an AgentSession gets from each round (``chat()``):
   What the provider's pass-back rule needs back on the next round (DeepSeek V4's
   ``reasoning_content``, OpenRouter's ``reasoning_details``, Responses reasoning items)
   rides on the first call's ``extra`` under :data:`PASSBACK_EXTRA`, sealed by the
-  :class:`~agent.engine.keeper.Keeper` when it has a key, and goes back only into the
+  :class:`~alicia.agent.engine.keeper.Keeper` when it has a key, and goes back only into the
   assistant message of that tool round. Gemini's thought signature rides on each call's
   ``extra["google"]`` and goes back only under the ``gemini`` profile;
 * usage, with reasoning tokens.
 
 Observers (:meth:`AliciaLLM.observe`) see each round as it streams: its reasoning in
 order, its answer text, its tool calls, usage and error. The reasoning bridge
-(:mod:`agent.session.bridge`) is one. Callbacks are plain synchronous calls made in the
+(:mod:`alicia.agent.session.bridge`) is one. Callbacks are plain synchronous calls made in the
 round's task (so in the context of the AgentSession speech that asked for it).
 """
 
@@ -43,21 +43,21 @@ from livekit.agents._exceptions import APIConnectionError, APIStatusError, APITi
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions
 from livekit.agents.types import NotGivenOr as _NotGivenOr
 
-from agent.engine.events import Usage
-from agent.engine.keeper import Keeper, Kept
-from agent.llm.passback import (
+from alicia.agent.engine.events import Usage
+from alicia.agent.engine.keeper import Keeper, Kept
+from alicia.agent.llm.passback import (
     PASSBACK_KEY,
     PassBackCollector,
     chat_messages,
     responses_input,
     responses_tools,
 )
-from agent.llm.providers import Effort, Profile, resolve
-from agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
-from agent.llm.stream import stream_deltas, stream_response_deltas
-from agent.llm.toolcalls import ToolCall, merge_tool_call
-from agent.settings import Settings
-from protocol import new_id
+from alicia.agent.llm.providers import Effort, Profile, resolve
+from alicia.agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
+from alicia.agent.llm.stream import stream_deltas, stream_response_deltas
+from alicia.agent.llm.toolcalls import ToolCall, merge_tool_call
+from alicia.agent.settings import Settings
+from alicia.protocol import new_id
 
 __all__ = ["PASSBACK_EXTRA", "REASONING_EXTRA", "AliciaLLM", "RoundObserver"]
 
@@ -138,7 +138,7 @@ class AliciaLLM(llm.LLM[Never]):
         """The LLM a worker configured with ``settings`` uses (``LLM_*``, effort, keys)."""
         keeper = Keeper()
         if settings.reasoning_keys:
-            from agent.engine.sealing import ReasoningSealer
+            from alicia.agent.engine.sealing import ReasoningSealer
 
             sealer = ReasoningSealer(settings.reasoning_keys)
             aad = conversation_id or "passback"

@@ -1,7 +1,7 @@
 """The engine's tools as livekit-agents function tools, for an AgentSession's Agent.
 
 The worker's voice mode runs an AgentSession; the session runs its own tools, so the
-engine's :class:`~agent.engine.tools.ToolBox` (calculator, current time) is offered to
+engine's :class:`~alicia.agent.engine.tools.ToolBox` (calculator, current time) is offered to
 it as raw function tools with the same schemas, time budgets and error outcomes.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from livekit.agents import llm
 
-from agent.engine.tools import ToolBox
+from alicia.agent.engine.tools import ToolBox
 
 __all__ = ["session_tools"]
 

@@ -1,7 +1,7 @@
 """``pocketsphinx`` (the PyPI wheel's en-us model) as a livekit-agents ``stt.STT``.
 
 Non-streaming: an AgentSession streams it through ``stt.StreamAdapter`` with a VAD
-(:func:`agent.speech.offline_speech`), which hands it each utterance. Audio is resampled
+(:func:`alicia.agent.speech.offline_speech`), which hands it each utterance. Audio is resampled
 to 16 kHz (pocketsphinx gives garbage at other rates), padded with a faint noise floor
 (exact-zero silence breaks its noise and level estimates) and split at pauses of 0.6 s
 or more, each part decoded on its own in a thread.

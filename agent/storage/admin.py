@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace, url: str, keys_spec: str) -> int:
     from sqlalchemy import text
 
-    from agent.engine.sealing import KeyConfigError, ReasoningSealer, SealError, parse_keys
+    from alicia.agent.engine.sealing import KeyConfigError, ReasoningSealer, SealError, parse_keys
 
     from .engine import create_engine
     from .keys import KeyStore

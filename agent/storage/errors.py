@@ -1,6 +1,6 @@
 """Database errors at the storage boundary, mapped to the writer's exception tree.
 
-SQLAlchemy/asyncpg/sqlite errors never leave :mod:`agent.storage`: :func:`map_error` turns
+SQLAlchemy/asyncpg/sqlite errors never leave :mod:`alicia.agent.storage`: :func:`map_error` turns
 them into :class:`StorageUnavailableError` (retry later) or :class:`StorageRejectedError`
 (the data itself is refused), by SQLSTATE class where the driver gives one.
 """

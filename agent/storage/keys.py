@@ -1,6 +1,6 @@
 """Per-conversation data keys in the database, wrapped by the master key; crypto-shredding.
 
-:class:`KeyStore` implements the engine's :class:`~agent.engine.sealing.DataKeys` port.
+:class:`KeyStore` implements the engine's :class:`~alicia.agent.engine.sealing.DataKeys` port.
 The first time a conversation asks, a random 32-byte data key is made, sealed with the
 deployment's master key (the first of ``ALICIA_REASONING_KEYS``, bound to the
 conversation) and stored in ``alicia_conversation_keys``; later it is read and unsealed
@@ -21,7 +21,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent.engine.sealing import ReasoningSealer, SealError
+from alicia.agent.engine.sealing import ReasoningSealer, SealError
 
 from .engine import create_engine, is_postgres
 from .tables import conversation_keys as KEYS

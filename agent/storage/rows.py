@@ -19,8 +19,8 @@ from typing import Any, Final
 
 import msgspec
 
-from agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
-from protocol import (
+from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
+from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
     Configuration,
@@ -126,7 +126,7 @@ def _millis(value: Any) -> float | None:
 
 def _figures(mid: str, meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """The answer's token usage and time to first reasoning from the storage-only meta
-    keys of :mod:`agent.engine.sink`, as UPDATE parameters; None if there is none.
+    keys of :mod:`alicia.agent.engine.sink`, as UPDATE parameters; None if there is none.
 
     Each figure is checked on its own: a malformed one is left out (NULL, or the value
     already stored), never raised about, so the record itself is always stored.

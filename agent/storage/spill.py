@@ -30,7 +30,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from protocol import BODY_TYPES, Envelope, MessageType
+from alicia.protocol import BODY_TYPES, Envelope, MessageType
 
 __all__ = ["Item", "Segment", "SpillDir", "decode_items", "encode_items"]
 

@@ -1,4 +1,4 @@
-"""``python -m agent.storage.stats`` / ``alicia-stats``: the analytics views as tables or JSON.
+"""``alicia-stats`` (``python -m alicia.agent.storage.stats``): analytics views as tables or JSON.
 
 Reads the views created by migrations ``0002`` and ``0004`` (see ``migrations/versions``)::
 
@@ -121,7 +121,7 @@ def _plain(value: Any) -> Any:
 async def fetch(
     url: str, names: Sequence[str], *, limit: int = 20, days: int | None = None
 ) -> dict[str, list[dict[str, Any]]]:
-    """Run the named reports against ``url``; raises :class:`agent.storage.StorageError`."""
+    """Run the named reports against ``url``; raises :class:`alicia.agent.storage.StorageError`."""
     from sqlalchemy import text
 
     from .engine import create_engine, is_sqlite

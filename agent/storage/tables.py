@@ -24,7 +24,7 @@ Columns beyond §5, for analytics and for a writer that must never lose a step:
 * ``alicia_messages.prompt_tokens``, ``completion_tokens``, ``reasoning_tokens`` — an
   answer's provider-reported token usage, summed over the turn's LLM rounds, and
   ``first_reasoning_ms`` — ms from the turn's first LLM request to its first reasoning
-  text (storage-only envelope meta, :mod:`agent.engine.sink`); NULL when not reported;
+  text (storage-only envelope meta, :mod:`alicia.agent.engine.sink`); NULL when not reported;
 * ``alicia_sentences`` — AssistantSentence chunks (idempotent by ``(message_id,
   sentence_sequence_number)``); the answer's ``contents`` is their join;
 * ``alicia_tool_uses.conversation_id``, ``execution``, ``error_code``.

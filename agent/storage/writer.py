@@ -13,13 +13,14 @@ queued envelopes into rows and writes them in batches, one transaction per batch
   placeholder in when it arrives;
 * on PostgreSQL, a batch of steps is one ``COPY`` into the table inside a savepoint,
   falling back to one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` when a
-  row is already there (:mod:`agent.storage.dialect`); ``bench/storage.py`` measures it against a
+  row is already there (:mod:`alicia.agent.storage.dialect`); ``bench/storage.py`` measures it
+  against a
   plain ``COPY`` and a naive INSERT loop.
 
 When the database is unreachable the failed batch is kept on disk (a spill segment) and
 retried with exponential backoff while new envelopes keep queueing in memory (bounded
 by ``max_memory_records`` / ``max_memory_bytes``); past that bound the oldest queued
-records move to fsync'd spill segments (:mod:`agent.storage.spill`) too. Segments are written
+records move to fsync'd spill segments (:mod:`alicia.agent.storage.spill`) too. Segments are written
 back, oldest first, once the database answers. :meth:`StorageWriter.aclose` flushes
 for up to ``close_timeout_s`` and spills whatever is left; the next writer on the same
 spill root replays it first. Records the database refuses (a constraint or data error
@@ -54,8 +55,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agent.engine.sink import NullSink, StepSink
-from protocol import (
+from alicia.agent.engine.sink import NullSink, StepSink
+from alicia.protocol import (
     Envelope,
     ReasoningStep,
     ToolUseRequest,
@@ -176,7 +177,7 @@ def _weight(body: Any) -> int:
 
 
 class StorageWriter:
-    """The :class:`~agent.engine.sink.StepSink` that stores traffic in PostgreSQL or SQLite.
+    """The :class:`~alicia.agent.engine.sink.StepSink` that stores traffic in PostgreSQL or SQLite.
 
     Use ``async with StorageWriter(url) as w`` or :func:`open_sink`. ``submit`` after
     :meth:`aclose` raises :class:`RuntimeError`.

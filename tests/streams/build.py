@@ -23,7 +23,7 @@ The manifest is the expectation table for tests. For every stream:
   (Responses: ``tool_calls`` or ``stop``);
 * ``api``: ``chat`` or ``responses`` (the endpoint that serves it);
 * ``profile``: the ``LLM_PROVIDER`` profile that reads and answers it correctly;
-* ``rules``: the provider request rules ``harness.recorded_llm`` enforces on requests this
+* ``rules``: the provider request rules ``alicia.harness.recorded_llm`` enforces on requests this
   stream answers (``RULES`` there);
 * ``passback`` (tool-call streams whose continuation has rules): what a correct client
   sends back, e.g. ``{"reasoning_content": ...}`` (on the assistant message),

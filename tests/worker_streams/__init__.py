@@ -2,7 +2,7 @@
 
 :func:`combined_streams` writes a manifest that lists every shared stream of
 ``tests/streams`` and the streams of this directory (absolute file paths), so one
-:class:`harness.recorded_llm.RecordedLLM` serves them all.
+:class:`alicia.harness.recorded_llm.RecordedLLM` serves them all.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.recorded_llm import STREAMS_DIR
+from alicia.harness.recorded_llm import STREAMS_DIR
 
 __all__ = ["HERE", "combined_streams"]
 
