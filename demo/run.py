@@ -32,6 +32,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from alicia.harness import LiveKitServer
+    from alicia.web import WebSettings
 
 __all__ = ["DEFAULT_QUESTION", "build_parser", "default_data_dir", "main"]
 
@@ -220,6 +221,28 @@ async def _run_tool(console: Console, argv: list[str], env: dict[str, str]) -> i
             await proc.wait()
 
 
+def page_url(port: int, room: str, settings: WebSettings) -> str:
+    """The debug page for ``room`` with a token the demo minted for it: the token endpoint
+    stays off (a secure default), so the page joins with this one (``#token=&url=``),
+    which carries the debugging grant (``alicia.reasoning=full``)."""
+    from urllib.parse import urlencode
+
+    from livekit import api
+
+    from alicia.protocol import new_id
+
+    token = (
+        api.AccessToken(settings.api_key, settings.api_secret)
+        .with_identity(f"web-{new_id('u')}")
+        .with_name("web debug page")
+        .with_attributes(dict(settings.token_attributes) or {"alicia.reasoning": "full"})
+        .with_grants(api.VideoGrants(room_join=True, room=room))
+        .to_jwt()
+    )
+    fragment = urlencode({"token": token, "url": settings.livekit_url})
+    return f"http://127.0.0.1:{port}/?room={room}&autoconnect=1#{fragment}"
+
+
 async def _web(console: Console, env: dict[str, str], port: int, room: str) -> None:
     import uvicorn
 
@@ -247,10 +270,9 @@ async def _web(console: Console, env: dict[str, str], port: int, room: str) -> N
                 task.result()
                 raise DemoError(f"the web page could not listen on port {config.port}")
             await asyncio.sleep(0.05)
-        console.print(
-            f"\n[bold]Web debug page:[/] http://127.0.0.1:{config.port}/?room={room}"
-            "&autoconnect=1  (or any other room) — Ctrl-C to stop the demo"
-        )
+        url = page_url(config.port, room, settings)
+        console.print(f"\n[bold]Web debug page:[/] {url}", soft_wrap=True)
+        console.print("  (its token is in the fragment, with the debugging grant) — Ctrl-C to stop")
         await stop.wait()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -216,3 +216,46 @@ async def test_page_against_the_real_worker_streams_steps_tool_and_answer_then_t
     assert "reasoning hidden" in second["summary"]
     assert "reasoning_steps" in report["status"]
     assert shot.stat().st_size > 10_000
+
+
+async def test_the_page_the_demo_prints_shows_the_steps(tmp_path: Path) -> None:
+    """``./scripts/demo --web`` as a newcomer runs it: open exactly the URL it prints."""
+    import re
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "LLM_BASE_URL")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "300", "XDG_DATA_HOME": str(tmp_path)})
+    proc = await asyncio.create_subprocess_exec(
+        str(ROOT / "scripts" / "demo"),
+        "--web",
+        "--web-port",
+        "0",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    printed: list[str] = []
+    try:
+        async with asyncio.timeout(240):
+            while True:
+                line = (await proc.stdout.readline()).decode()
+                assert line, "".join(printed)
+                printed.append(line)
+                if "Web debug page:" in line:
+                    break
+        match = re.search(r"(http://127\.0\.0\.1:\d+/\S+)", printed[-1])
+        assert match, printed[-1]
+        report = await drive(
+            match.group(1), ARTIFACTS / "browser-demo.png", question_1="Is 221 a prime number?"
+        )
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        await asyncio.wait_for(proc.communicate(), 60)
+    first = report["first"]
+    assert first["state"] == "done"
+    assert len(first["steps"]) >= 2, report
+    assert first["answer"]
+    assert "reasoning_steps" in report["status"]

@@ -164,3 +164,7 @@ def test_settings_from_env() -> None:
         WebSettings.from_env({**env, "ALICIA_WEB_TOKENS": "yes"})
     with pytest.raises(WebSettingsError, match="key=value"):
         WebSettings.from_env({**env, "ALICIA_WEB_TOKEN_ATTRIBUTES": "oops"})
+    # The documented default (a debugging grant) and the documented "none".
+    assert s.token_attributes == {"alicia.reasoning": "full"}
+    none = WebSettings.from_env({**env, "ALICIA_WEB_TOKEN_ATTRIBUTES": "none"})
+    assert none.token_attributes == {}

@@ -81,10 +81,14 @@ class WebSettings:
         if tokens not in ("off", "dev"):
             raise WebSettingsError(f"ALICIA_WEB_TOKENS must be off or dev, not {tokens!r}")
         prefixes = get("ALICIA_WEB_RESERVED_IDENTITIES") or "agent-"
+        raw = env.get("ALICIA_WEB_TOKEN_ATTRIBUTES")
         attributes: dict[str, str] = {}
-        for item in filter(
-            None, (i.strip() for i in get("ALICIA_WEB_TOKEN_ATTRIBUTES").split(","))
-        ):
+        if raw is None or not raw.strip():
+            attributes = {"alicia.reasoning": "full"}  # the documented debugging default
+            raw = ""
+        elif raw.strip().lower() == "none":
+            raw = ""
+        for item in filter(None, (i.strip() for i in raw.split(","))):
             key, sep, value = item.partition("=")
             if not sep or not key.strip():
                 msg = f"ALICIA_WEB_TOKEN_ATTRIBUTES items are key=value, not {item!r}"
