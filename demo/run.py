@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"question to ask (repeatable; default {DEFAULT_QUESTION!r})",
     )
     p.add_argument("--web", action="store_true", help="keep the web debug page up until Ctrl-C")
+    p.add_argument(
+        "--voice",
+        action="store_true",
+        help="ask by voice (offline speech: espeak-ng, pocketsphinx, Silero VAD) and record "
+        "the spoken answer",
+    )
     p.add_argument("--web-port", type=int, default=8080, help="web page port (0 = any)")
     p.add_argument(
         "--data-dir",
@@ -109,7 +115,9 @@ async def _close_room(server: LiveKitServer, room: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _llm(console: Console, chunk_delay: float) -> AsyncIterator[dict[str, str]]:
+async def _llm(
+    console: Console, chunk_delay: float, voice: bool = False
+) -> AsyncIterator[dict[str, str]]:
     base = os.environ.get("LLM_BASE_URL", "").strip()
     if base:
         model = os.environ.get("LLM_MODEL", "").strip()
@@ -121,6 +129,10 @@ async def _llm(console: Console, chunk_delay: float) -> AsyncIterator[dict[str, 
     from alicia.harness.recorded_llm import RecordedLLM
 
     async with RecordedLLM(chunk_delay=chunk_delay) as llm:
+        if voice:  # a spoken question is heard approximately: answer with one recording
+            from .voice import VOICE_STREAM
+
+            llm.route_model(DEMO_MODEL, VOICE_STREAM)
         console.print(
             "  LLM             [bold yellow]demo model[/]: LLM_BASE_URL is not set, so this "
             f"run replays recorded reasoning streams from a local server at {llm.base_url}.\n"
@@ -293,7 +305,7 @@ async def run(args: argparse.Namespace) -> int:
     console.print("[bold]Alicia reasoning demo[/] — everything runs on this machine, on 127.0.0.1")
     async with contextlib.AsyncExitStack() as stack:
         livekit = await stack.enter_async_context(_livekit(console))
-        llm_env = await stack.enter_async_context(_llm(console, args.chunk_delay))
+        llm_env = await stack.enter_async_context(_llm(console, args.chunk_delay, args.voice))
         db_url = await _storage(console, data_dir)
         env = {
             **os.environ,
@@ -307,8 +319,20 @@ async def run(args: argparse.Namespace) -> int:
             "ALICIA_JOB_EXECUTOR": os.environ.get("ALICIA_JOB_EXECUTOR", "thread"),
             "PYTHONUNBUFFERED": "1",
         }
+        if args.voice:
+            env["ALICIA_VOICE"] = "offline"
         worker = _worker(console, env, data_dir / "worker.log")
         await stack.enter_async_context(worker)
+        if args.voice:
+            from .voice import VOICE_QUESTION, ask_by_voice
+
+            question = args.question[0] if args.question else VOICE_QUESTION
+            code = await ask_by_voice(console, livekit, room, question, data_dir)
+            if code != 0:
+                console.print(f"[red]the voice turn did not complete; worker log: {data_dir}[/]")
+                return code
+            await _close_room(livekit, room)
+            return await _finish(console, stack, env, started, data_dir)
         client = [
             str(Path(sys.executable).with_name("alicia-client")),
             "--room",
@@ -334,22 +358,30 @@ async def run(args: argparse.Namespace) -> int:
         if args.web:
             await _web(console, env, args.web_port, room)
         await _close_room(livekit, room)
-        await stack.aclose()  # stop the worker first: it flushes what it stored
-        console.print(
-            "\n[bold]Analytics from storage[/]  [dim]$ python -m alicia.agent.storage.stats[/]\n"
-        )
-        stats_env = env if sys.stdout.isatty() else {**env, "COLUMNS": env.get("COLUMNS", "160")}
-        code = await _run_tool(
-            console, [sys.executable, "-m", "alicia.agent.storage.stats"], stats_env
-        )
-        if code != 0:
-            console.print(f"[red]agent.storage.stats exited with {code}[/]")
-            return code
+        return await _finish(console, stack, env, started, data_dir)
+
+
+async def _finish(
+    console: Console,
+    stack: contextlib.AsyncExitStack,
+    env: dict[str, str],
+    started: float,
+    data_dir: Path,
+) -> int:
+    """Stop the worker (it flushes what it stored), print the analytics, say goodbye."""
+    await stack.aclose()
+    console.print(
+        "\n[bold]Analytics from storage[/]  [dim]$ python -m alicia.agent.storage.stats[/]\n"
+    )
+    stats_env = env if sys.stdout.isatty() else {**env, "COLUMNS": env.get("COLUMNS", "160")}
+    code = await _run_tool(console, [sys.executable, "-m", "alicia.agent.storage.stats"], stats_env)
+    if code != 0:
+        console.print(f"[red]agent.storage.stats exited with {code}[/]")
+        return code
     elapsed = time.monotonic() - started
     console.print(
         f"\n[bold green]Demo finished in {elapsed:.1f} s[/]; livekit-server, the worker and "
-        "the LLM server were stopped. Data kept in "
-        f"{data_dir}."
+        f"the LLM server were stopped. Data kept in {data_dir}."
     )
     return 0
 

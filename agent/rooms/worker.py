@@ -80,6 +80,10 @@ def build_server(settings: Settings) -> AgentServer:
         os.environ.setdefault("RUST_LOG", "warn")
     if _on_shared_loop(settings):
         logging.getLogger("livekit.agents").addFilter(_not_connected_notice)
+    if settings.voice_mode == "offline":
+        from alicia.agent.speech import register_plugins
+
+        register_plugins()  # on this (main) thread, before any job thread starts
     server = AgentServer(
         ws_url=settings.livekit_url,
         api_key=settings.livekit_api_key,

@@ -11,7 +11,14 @@ pocketsphinx, a faint noise floor around the speech, long audio split at pauses.
 """
 
 from .espeak import EspeakTTS
-from .offline import OfflineSpeech, load_vad, offline_speech
+from .offline import OfflineSpeech, load_vad, offline_speech, register_plugins
 from .sphinx import PocketSphinxSTT
 
-__all__ = ["EspeakTTS", "OfflineSpeech", "PocketSphinxSTT", "load_vad", "offline_speech"]
+__all__ = [
+    "EspeakTTS",
+    "OfflineSpeech",
+    "PocketSphinxSTT",
+    "load_vad",
+    "offline_speech",
+    "register_plugins",
+]

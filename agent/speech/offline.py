@@ -11,10 +11,16 @@ from livekit.agents import stt, tts, vad
 from .espeak import EspeakTTS
 from .sphinx import PocketSphinxSTT
 
-__all__ = ["OfflineSpeech", "load_vad", "offline_speech"]
+__all__ = ["OfflineSpeech", "load_vad", "offline_speech", "register_plugins"]
 
 _VAD: vad.VAD | None = None
 _VAD_LOCK = threading.Lock()
+
+
+def register_plugins() -> None:
+    """Import livekit-plugins-silero now: livekit-agents registers plugins on the main
+    thread only, so a worker whose rooms run in job threads imports it at start."""
+    from livekit.plugins import silero  # noqa: F401
 
 
 def load_vad() -> vad.VAD:
