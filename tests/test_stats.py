@@ -324,7 +324,19 @@ def test_tables_are_printed(url: str, capsys: pytest.CaptureFixture[str]) -> Non
     ):
         assert title in out
     assert "model-a" in out and "web_search" in out
-    assert "p50_first_reasoning_ms" in out and "100.2" in out
+    assert "p50 ms to reasoning" in out and "100.2" in out
+    # A normal terminal: the default tables fit 100 columns, whatever rich detects.
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert "--wide" in out
+
+
+def test_the_wide_form_has_every_column(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--database-url", url, "--wide"]) == 0
+    out = capsys.readouterr().out
+    tops = [line for line in out.splitlines() if line.startswith("┏")]
+    daily_columns = tops[0].count("┳") + 1
+    assert daily_columns == 17  # every column of alicia_model_daily
+    assert max(len(line) for line in out.splitlines()) > 100
 
 
 def test_bad_invocations_exit_with_2(

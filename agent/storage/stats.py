@@ -160,25 +160,84 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _print_tables(reports: dict[str, list[dict[str, Any]]]) -> None:
+NARROW: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "daily": (
+        ("day", "day"),
+        ("model", "model"),
+        ("answers", "answers"),
+        ("avg_steps", "steps"),
+        ("avg_ms_to_first_step", "ms to step"),
+        ("avg_ms_to_answer", "ms to answer"),
+        ("tool_calls", "tools"),
+        ("avg_reasoning_tokens", "reas. tok"),
+    ),
+    "reasoning": (
+        ("model", "model"),
+        ("answers", "answers"),
+        ("reasoning_tokens", "reasoning tokens"),
+        ("avg_reasoning_tokens", "avg/answer"),
+        ("p50_first_reasoning_ms", "p50 ms to reasoning"),
+        ("avg_first_reasoning_ms", "avg ms"),
+    ),
+    "answers": (
+        ("answer_id", "answer"),
+        ("model", "model"),
+        ("completion_status", "status"),
+        ("steps", "steps"),
+        ("ms_to_first_step", "ms to step"),
+        ("ms_to_answer", "ms to answer"),
+        ("answered_at", "answered (UTC)"),
+    ),
+    "turns": (
+        ("user_message_id", "user message"),
+        ("tool_calls", "calls"),
+        ("succeeded", "ok"),
+        ("failed", "failed"),
+        ("unfinished", "unfinished"),
+        ("failure_rate", "fail rate"),
+        ("user_at", "asked (UTC)"),
+    ),
+}
+"""The columns (and short headers) of the default, 100-column tables; ``--wide`` and
+``--json`` have every column."""
+NARROW_WIDTH: Final = 100
+
+
+def _narrow_cell(column: str, value: Any) -> str:
+    text = _cell(value)
+    if column.endswith("_id") and len(text) > 14:
+        return text[:13] + "…"
+    if column.endswith("_at") and len(text) > 16:
+        return text[:16]
+    return text
+
+
+def _print_tables(reports: dict[str, list[dict[str, Any]]], *, wide: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    if not console.is_terminal:  # piped: do not fold values at 80 columns
-        console = Console(width=240)
+    console = Console(width=240 if wide else NARROW_WIDTH)
     for name, rows in reports.items():
         title = f"{REPORTS[name].title} — {name}"
         if not rows:
             console.print(f"[italic]{title}[/italic]: no rows")
             continue
         table = Table(title=title, title_justify="left")
-        columns = list(rows[0])
-        for col in columns:
-            table.add_column(col, overflow="fold")
+        if wide or name not in NARROW:
+            columns = [(c, c) for c in rows[0]]
+        else:
+            columns = [(c, h) for c, h in NARROW[name] if c in rows[0]]
+        for column, header in columns:
+            keep = not wide and (column in ("day", "model") or column.endswith("_at"))
+            table.add_column(header, overflow="fold", no_wrap=keep)
         for row in rows:
-            table.add_row(*(_cell(row[c]) for c in columns))
+            if wide:
+                table.add_row(*(_cell(row[c]) for c, _ in columns))
+            else:
+                table.add_row(*(_narrow_cell(c, row[c]) for c, _ in columns))
         console.print(table)
+    if not wide:
+        console.print("[dim](more columns: alicia-stats --wide, or --json)[/dim]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -193,6 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--database-url", help="SQLAlchemy async URL (default: $DATABASE_URL)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead")
+    p.add_argument("--wide", action="store_true", help="every column (about 230 columns wide)")
     p.add_argument("--limit", type=int, default=20, help="rows per report (default 20)")
     p.add_argument("--days", type=int, default=None, help="only the last N days")
     return p
@@ -224,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dump(reports, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        _print_tables(reports)
+        _print_tables(reports, wide=args.wide)
     return 0
 
 
