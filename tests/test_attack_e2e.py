@@ -86,12 +86,16 @@ async def until(check: Any, within: float = 20.0) -> None:
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.parametrize("source", ["runner", "agent_session"])
 async def test_a_shared_room_nobody_can_hijack(
     livekit_server: LiveKitServer,
     postgres_server: PostgresServer,
     llm: RecordedLLM,
     tmp_path: Path,
+    source: str,
 ) -> None:
+    """Under the worker's own runner (text rooms) and under an AgentSession with the
+    reasoning bridge (voice rooms, ``ALICIA_VOICE=offline``): the same refusals."""
     url = await new_database("postgres", postgres_server, tmp_path, "attack")
     env = {
         "DATABASE_URL": url,
@@ -100,6 +104,8 @@ async def test_a_shared_room_nobody_can_hijack(
         "ALICIA_ERROR_BURST": "60",  # so every refusal is seen (the rate limit has its own test)
         "ALICIA_STEP_MAX_DELAY": "5",
     }
+    if source == "agent_session":
+        env["ALICIA_VOICE"] = "offline"
     room = new_id("conv")
     call, follow = llm.spec("calculator_tool_call"), llm.spec("calculator_tool_followup")
     other = llm.spec("vllm_reasoning")

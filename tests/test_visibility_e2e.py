@@ -45,9 +45,12 @@ def token(server: LiveKitServer, room: str, identity: str, level: str | None, *,
     return tok.with_grants(grants).to_jwt()
 
 
+@pytest.mark.parametrize("source", ["runner", "agent_session"])
 async def test_each_participant_gets_exactly_the_level_its_token_grants(
-    livekit_server: LiveKitServer, llm: RecordedLLM
+    livekit_server: LiveKitServer, llm: RecordedLLM, source: str
 ) -> None:
+    """The same rules whoever runs the turns: the worker's own runner (text rooms) or an
+    AgentSession with the reasoning bridge (voice rooms, ``ALICIA_VOICE=offline``)."""
     room = new_id("conv")
     spec = llm.spec("deepseek_reasoning_content")
     who = {
@@ -60,6 +63,8 @@ async def test_each_participant_gets_exactly_the_level_its_token_grants(
     }
     key = base64.b64encode(bytes(range(32))).decode()
     env = {"ALICIA_LOAD_THRESHOLD": "inf", "ALICIA_REASONING_KEYS": f"k1={key}"}
+    if source == "agent_session":
+        env["ALICIA_VOICE"] = "offline"
     async with (
         running_worker(livekit_server, llm.base_url, env=env) as w,
         contextlib.AsyncExitStack() as stack,
