@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import numpy as np
 import pytest
 import pytest_asyncio
 
@@ -259,3 +260,52 @@ async def test_the_page_the_demo_prints_shows_the_steps(tmp_path: Path) -> None:
     assert len(first["steps"]) >= 2, report
     assert first["answer"]
     assert "reasoning_steps" in report["status"]
+
+
+async def test_the_microphone_button_asks_by_voice_and_the_answer_audio_arrives(
+    livekit_server: LiveKitServer, llm: RecordedLLM, tmp_path: Path
+) -> None:
+    """Chromium's fake microphone plays an espeak-ng question; the voice worker
+    (``ALICIA_VOICE=offline``) hears it, the page shows the steps and the answer, and the
+    agent's audio track arrives."""
+    from alicia.client.tokens import mint_token
+    from alicia.harness.speech import speak, write_wav
+
+    spec = llm.spec("openrouter_gpt5_summary")
+    llm.route_model("recorded-model", "openrouter_gpt5_summary")
+    pcm, rate = speak(spec.user)
+    silence = np.zeros(int(rate * 2), dtype=np.int16)  # a VAD hears the end of it
+    wav = write_wav(tmp_path / "question.wav", np.concatenate([silence, pcm, silence]), rate)
+    room = new_id("conv")
+    jwt = mint_token(livekit_server.api_key, livekit_server.api_secret, room=room, identity="b1")
+    fragment = urlencode({"token": jwt, "url": livekit_server.url})
+    env = {**NO_LOAD_LIMIT, "ALICIA_VOICE": "offline"}
+    shot = ARTIFACTS / "browser-voice.png"
+    async with (
+        running_worker(livekit_server, llm.base_url, env=env) as worker,
+        serving_web(livekit_server, tokens="off") as base,
+    ):
+        proc = await asyncio.create_subprocess_exec(
+            node_binary(),
+            str(ROOT / "tests" / "browser" / "voice.mjs"),
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PAGE_URL": page_url(base, room) + "#" + fragment,
+                "WAV": str(wav),
+                "SCREENSHOT": str(shot),
+                "CHROMIUM": CHROMIUM,
+            },
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 240)
+        log = worker.log()
+    lines = out.decode().strip().splitlines()
+    report: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+    assert proc.returncode == 0, f"voice.mjs failed: {report}\n{err.decode()[-2000:]}\n{log}"
+    assert "sleep" in report["text"].lower()  # the page shows what the agent heard
+    assert report["steps"] == list(spec.steps)
+    assert report["answer"].split() == spec.answer.split()
+    assert report["audio"] == ["live"]
+    assert "mic on" in report["mic"]

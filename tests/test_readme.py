@@ -43,3 +43,17 @@ async def test_the_engine_example_runs_and_prints_steps_tool_answer_and_status(
     assert "tool: calculator" in printed
     assert "395" in spec.answer and "answer: " in printed
     assert printed.rstrip().splitlines()[-1].startswith("complete Usage(")
+
+
+def test_the_adoption_diff_is_at_most_five_lines_and_is_the_example() -> None:
+    """The README's diff from a stock AgentSession app is the example app's own lines."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Use it in your own agent", 1)[1].split("\n## ", 1)[0]
+    match = re.search(r"```diff\n(.*?)```", section, re.S)
+    assert match is not None, "no diff in the section"
+    changed = [line for line in match.group(1).splitlines() if line[:1] in "+-"]
+    assert 0 < len(changed) <= 5
+    example_app = (README.parent / "examples" / "voice_agent.py").read_text()
+    for line in changed:
+        if line.startswith("+"):
+            assert line[1:].strip() in example_app, line

@@ -38,6 +38,16 @@ SHAPE = "deepseek_reasoning_content"
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    source = tmp_path_factory.mktemp("source") / "alicia-reasoning"
+    # A copy of the checkout (links kept), so the build leaves nothing in the work tree.
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "node_modules", "test-artifacts", "build", "*.egg-info", ".*cache"
+        ),
+    )
     subprocess.run(
         [
             sys.executable,
@@ -49,7 +59,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-q",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         timeout=300,

@@ -11,7 +11,7 @@
 // nothing is accepted. De-duplication is per sender, and envelopes are placed only by
 // their ids: another user's turn in the room is shown as that user's own turn.
 
-import { ConnectionState, Participant, ParticipantKind, Room, RoomEvent } from "livekit-client";
+import { ConnectionState, Participant, ParticipantKind, Room, RoomEvent, Track } from "livekit-client";
 
 import {
   Body,
@@ -101,6 +101,15 @@ class DebugClient {
       this.onData(payload, participant, topic),
     );
     this.room.on(RoomEvent.ParticipantConnected, (p) => this.onParticipant(p));
+    // The agent's spoken answers (a voice agent publishes an audio track): play them.
+    this.room.on(RoomEvent.TrackSubscribed, (track, _pub, participant) => {
+      if (track.kind !== Track.Kind.Audio || participant.identity !== this.agent) return;
+      const audio = track.attach();
+      audio.id = "agent-audio";
+      document.getElementById("agent-audio")?.remove();
+      document.body.append(audio);
+      document.body.dataset.agentAudio = "subscribed";
+    });
     this.room.on(RoomEvent.Disconnected, () => this.setState("error", "disconnected"));
   }
 
@@ -167,6 +176,12 @@ class DebugClient {
       "ready",
       `ready · conversation ${this.conversationId} · agent features: ${features}${badge}`,
     );
+  }
+
+  /** Publish (or stop) the browser's microphone as this participant's audio track. */
+  async setMicrophone(on: boolean): Promise<void> {
+    await this.room.localParticipant.setMicrophoneEnabled(on);
+    document.body.dataset.mic = on ? "on" : "off";
   }
 
   async setShowReasoning(show: boolean): Promise<void> {
@@ -300,6 +315,14 @@ class DebugClient {
       }
       case MessageType.AssistantSentence:
         return this.onSentence(b);
+      case MessageType.Transcription: {
+        // What the agent heard someone say: the user message of the turn that follows.
+        const id = str(b, "id");
+        if (id && b.final !== false && !this.lookup(id)) {
+          this.addTurn(id, `(spoken) ${str(b, "text") ?? ""}`, document.body.dataset.mic === "on");
+        }
+        return;
+      }
       case MessageType.AssistantMessage: {
         const turn = this.lookup(str(b, "previousId")) ?? this.turnFor(str(b, "previousId"));
         if (!turn || turn.done) return;
@@ -481,6 +504,7 @@ function main(): void {
   const form = $("chat") as HTMLFormElement;
   const input = $("message") as HTMLInputElement;
   const sendBtn = $("send") as HTMLButtonElement;
+  const micBtn = $("mic") as HTMLButtonElement;
   roomInput.value = params.get("room") ?? newId("conv");
   identityInput.value = params.get("identity") ?? newId("web").slice(0, 14);
   if (params.get("reasoning") === "off") toggle.checked = false;
@@ -497,7 +521,7 @@ function main(): void {
     roomInput.disabled = identityInput.disabled = true;
     try {
       await client.connect(roomInput.value.trim(), identityInput.value.trim());
-      input.disabled = sendBtn.disabled = false;
+      input.disabled = sendBtn.disabled = micBtn.disabled = false;
       input.focus();
     } catch (err) {
       client.setState("error", `error: ${err instanceof Error ? err.message : String(err)}`);
@@ -519,6 +543,18 @@ function main(): void {
       .setShowReasoning(toggle.checked)
       .catch((err: unknown) => client.setState("error", `error: ${String(err)}`))
       .finally(() => (toggle.disabled = false));
+  });
+  micBtn.addEventListener("click", () => {
+    const on = micBtn.getAttribute("aria-pressed") !== "true";
+    micBtn.disabled = true;
+    client
+      .setMicrophone(on)
+      .then(() => {
+        micBtn.setAttribute("aria-pressed", String(on));
+        micBtn.textContent = on ? "mic on" : "mic off";
+      })
+      .catch((err: unknown) => client.setState("error", `microphone: ${String(err)}`))
+      .finally(() => (micBtn.disabled = false));
   });
   if (params.get("autoconnect") === "1") void connect();
 }
