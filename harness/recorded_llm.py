@@ -573,6 +573,8 @@ class RecordedLLM:
         self._queue: deque[Play] = deque()
         self._by_model: dict[str, Play] = {}
         self.requests: deque[dict[str, Any]] = deque(maxlen=max_recorded)
+        self.received_at: deque[float] = deque(maxlen=max_recorded)
+        """``time.monotonic()`` when each request arrived (same order as ``requests``)."""
         """Bodies of the requests received (parsed JSON), oldest first; refused ones too."""
         self.rejections: deque[Rejection] = deque(maxlen=max_recorded)
         """Requests refused by a provider rule: ``(stream, rule, message)``, oldest first."""
@@ -659,6 +661,7 @@ class RecordedLLM:
         """Forget the script queue, recorded requests, rejections and counters."""
         self._queue.clear()
         self.requests.clear()
+        self.received_at.clear()
         self.rejections.clear()
         self._stats = _Stats()
 
@@ -693,6 +696,7 @@ class RecordedLLM:
         if not isinstance(body, dict):
             return _error(400, "request body must be a JSON object")
         self.requests.append(body)
+        self.received_at.append(time.monotonic())
         if not body.get("stream"):
             return _error(400, "this server only replays streams: set stream=true")
         if api == "chat":

@@ -35,3 +35,27 @@ def test_benchmark_ends_with_its_result_line(
     last = done.stdout.strip().splitlines()[-1]
     pattern = "RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys)
     assert re.fullmatch(pattern, last), last
+
+
+def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
+    """One trial each of both pipelines, real offline speech through livekit-server."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "voice.py"), "--trials", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    keys = (
+        "first_step_ms",
+        "first_audio_ms",
+        "stock_first_audio_ms",
+        "added_first_audio_ms",
+        "llm_to_audio_ms",
+        "stock_llm_to_audio_ms",
+        "added_llm_to_audio_ms",
+    )
+    assert re.fullmatch("RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys), last), last

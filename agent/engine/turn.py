@@ -29,23 +29,19 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar, cast
+from typing import Any, Final, Literal, TypeVar
 
 import openai
-from openai.types.chat import ChatCompletionMessageParam
 
 from alicia.agent.llm.passback import (
     PASSBACK_KEY,
     PassBackCollector,
-    chat_messages,
-    responses_input,
-    responses_tools,
 )
 from alicia.agent.llm.providers import PROFILES, Effort, PassBack, PassBackForm, Profile, resolve
 from alicia.agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
+from alicia.agent.llm.request import stream_round
 from alicia.agent.llm.segmenter import StepSegmenter
 from alicia.agent.llm.sentences import SentenceStream
-from alicia.agent.llm.stream import stream_deltas, stream_response_deltas
 from alicia.agent.llm.toolcalls import ToolCall, merge_tool_call
 from alicia.agent.settings import Settings
 from alicia.protocol import ProtocolError, StepTracker, new_id
@@ -324,33 +320,15 @@ class Turn:
             {**m, PASSBACK_KEY: self._keeper.open(m[PASSBACK_KEY])} if PASSBACK_KEY in m else m
             for m in messages
         ]
-        # Provider-specific fields go in the body as they are (the SDK's extra_body).
-        extra: dict[str, Any] = {}
-        effort = options.provider.effort_params(options.effort, options.api)
-        if effort:
-            extra["extra_body"] = effort
-        if options.api == "responses":
-            instructions, items = responses_input(transcript)
-            if instructions is not None:
-                extra["instructions"] = instructions
-            if tools:
-                extra["tools"] = responses_tools(tools)
-            return stream_response_deltas(
-                self._llm,
-                model=options.model,
-                input=items,
-                on_usage=self._add_usage,
-                **options.provider.responses_params(),
-                **extra,
-            )
-        if tools:
-            extra["tools"] = tools
-        return stream_deltas(
+        return stream_round(
             self._llm,
+            transcript,
             model=options.model,
-            messages=cast("list[ChatCompletionMessageParam]", chat_messages(transcript)),
+            profile=options.provider,
+            api=options.api,
+            effort=options.effort,
+            tools=tools,
             on_usage=self._add_usage,
-            **extra,
         )
 
     async def _rounds(self) -> AsyncGenerator[TurnEvent, None]:

@@ -48,13 +48,10 @@ from alicia.agent.engine.keeper import Keeper, Kept
 from alicia.agent.llm.passback import (
     PASSBACK_KEY,
     PassBackCollector,
-    chat_messages,
-    responses_input,
-    responses_tools,
 )
 from alicia.agent.llm.providers import Effort, Profile, resolve
 from alicia.agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor
-from alicia.agent.llm.stream import stream_deltas, stream_response_deltas
+from alicia.agent.llm.request import stream_round
 from alicia.agent.llm.toolcalls import ToolCall, merge_tool_call
 from alicia.agent.settings import Settings
 from alicia.protocol import new_id
@@ -218,35 +215,18 @@ class AliciaLLM(llm.LLM[Never]):
         """The streamed request for ``chat_ctx`` in the configured API's shape."""
         transcript = self._transcript(chat_ctx)
         schemas = llm.ToolContext(tools).parse_function_tools("openai", strict=False)
-        extra: dict[str, Any] = {"timeout": timeout}
-        effort = self._profile.effort_params(self._effort, self._api)
-        if effort:
-            extra["extra_body"] = effort
-        if schemas and tool_choice is not None:
-            extra["tool_choice"] = tool_choice
-        if self._api == "responses":
-            instructions, items = responses_input(transcript)
-            if instructions is not None:
-                extra["instructions"] = instructions
-            if schemas:
-                extra["tools"] = responses_tools(schemas)
-            return stream_response_deltas(
-                self._client,
-                model=self._model,
-                input=items,
-                on_usage=on_usage,
-                **self._profile.responses_params(),
-                **extra,
-            )
-        if schemas:
-            extra["tools"] = schemas
-        return stream_deltas(
+        return stream_round(
             self._client,
+            transcript,
             model=self._model,
-            messages=chat_messages(transcript),
+            profile=self._profile,
+            api=self._api,
+            effort=self._effort,
+            tools=schemas or None,
             on_usage=on_usage,
-            stream_options={"include_usage": True},
-            **extra,
+            include_usage=True,
+            timeout=timeout,
+            **({"tool_choice": tool_choice} if tool_choice is not None else {}),
         )
 
     def _transcript(self, chat_ctx: llm.ChatContext) -> list[dict[str, Any]]:
