@@ -55,6 +55,7 @@ async def ask_by_voice(
     recorder = AudioRecorder(r)
     agent: list[str] = []
     done = asyncio.Event()
+    understood = asyncio.Event()
     steps = 0
 
     def on_data(packet: rtc.DataPacket) -> None:
@@ -65,6 +66,7 @@ async def ask_by_voice(
         with contextlib.suppress(DecodeError):
             body = decode(packet.data).body
             if isinstance(body, Transcription):
+                understood.set()
                 console.print(f"you (heard) > {body.text}")
             elif isinstance(body, ReasoningStep):
                 steps += 1
@@ -94,7 +96,13 @@ async def ask_by_voice(
         )
         mic = Microphone(r)
         await mic.start()
-        ended = await mic.say(pcm, rate)
+        for _ in range(3):  # speech sent before the agent listens is lost: say it again
+            ended = await mic.say(pcm, rate)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(30):
+                    await understood.wait()
+            if understood.is_set():
+                break
         async with asyncio.timeout(180):
             await done.wait()
             while True:  # the answer has been said when its audio goes quiet
