@@ -16,7 +16,13 @@ import pytest
 import pytest_asyncio
 
 from alicia.agent.engine.assembler import TurnAssembler
-from alicia.agent.engine.events import SentenceReady, StepReady, TurnEnded, TurnEvent
+from alicia.agent.engine.events import (
+    ReasoningDelta,
+    SentenceReady,
+    StepReady,
+    TurnEnded,
+    TurnEvent,
+)
 from alicia.agent.engine.turn import Turn, TurnOptions
 from alicia.agent.llm.reasoning import Answer, Reasoning, ReasoningExtractor, Summary
 from alicia.agent.llm.stream import stream_deltas
@@ -92,6 +98,7 @@ def test_a_stopped_turn_ends_with_what_was_delivered_and_one_final_sentence() ->
     events += assembler.end("stopped", answer="The first sentence is long enough.")
     kinds = [type(e).__name__ for e in events]
     assert kinds == [
+        "ReasoningDelta",
         "StepReady",
         "StepReady",
         "AnswerStarted",

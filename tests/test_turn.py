@@ -19,6 +19,7 @@ import pytest_asyncio
 from alicia.agent.engine.events import (
     AnswerDelta,
     AnswerStarted,
+    ReasoningDelta,
     SentenceReady,
     StepReady,
     ToolFinished,
@@ -73,8 +74,13 @@ async def test_a_reasoning_turn_yields_steps_then_the_answer_then_one_end(
     events = await collect(turn_for(client, spec.user))
     kinds = [type(e).__name__ for e in events]
     first_answer = kinds.index("AnswerStarted")
-    assert set(kinds[:first_answer]) == {"StepReady"}
+    assert set(kinds[:first_answer]) == {"ReasoningDelta", "StepReady"}
     assert kinds.count("AnswerStarted") == 1 and kinds[-1] == "TurnEnded"
+    # The reasoning streams token by token: one delta per recorded reasoning chunk, and
+    # every delta comes before the step that holds its text is closed.
+    reasoning = [e.text for e in events if isinstance(e, ReasoningDelta)]
+    assert "".join(reasoning) == spec.reasoning and len(reasoning) > 4 * len(spec.steps)
+    assert kinds.index("ReasoningDelta") < kinds.index("StepReady")
     steps = [e for e in events if isinstance(e, StepReady)]
     assert [s.text for s in steps] == list(spec.steps)
     assert [s.index for s in steps] == list(range(1, len(spec.steps) + 1))

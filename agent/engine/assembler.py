@@ -25,6 +25,7 @@ from alicia.protocol import ProtocolError, StepTracker
 from .events import (
     AnswerDelta,
     AnswerStarted,
+    ReasoningDelta,
     SentenceReady,
     StepReady,
     ToolFinished,
@@ -87,7 +88,8 @@ class TurnAssembler:
             return []
         if not summary:
             self._raw = True
-        return self._steps_out(self._segmenter.push(text), summary_mode=summary)
+        steps = self._steps_out(self._segmenter.push(text), summary_mode=summary)
+        return [ReasoningDelta(text), *steps]
 
     def answer_text(self, text: str) -> list[TurnEvent]:
         """Answer text as it streams: the open step closes, the answer opens."""

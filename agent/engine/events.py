@@ -1,6 +1,7 @@
 """What one turn produces, as typed events (:meth:`alicia.agent.engine.turn.Turn.events`).
 
-A turn yields, in order: any number of :class:`StepReady`, :class:`ToolRequested` /
+A turn yields, in order: any number of :class:`ReasoningDelta` (reasoning text as it
+streams) and :class:`StepReady`, :class:`ToolRequested` /
 :class:`ToolFinished` pairs (between LLM rounds) and, once the answer starts,
 :class:`AnswerStarted` followed by :class:`AnswerDelta` and :class:`SentenceReady`
 events; then exactly one :class:`TurnEnded`. :class:`AnswerStarted` always comes before
@@ -24,6 +25,7 @@ from .tools import Outcome
 __all__ = [
     "AnswerDelta",
     "AnswerStarted",
+    "ReasoningDelta",
     "SentenceReady",
     "StepReady",
     "ToolFinished",
@@ -35,6 +37,19 @@ __all__ = [
 ]
 
 TurnStatus = Literal["complete", "stopped", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Reasoning text as the model streamed it, before any step holds it.
+
+    The deltas of a round, joined, are the round's reasoning (raw reasoning, or the
+    provider's summaries when it streams only those); the :class:`StepReady` events that
+    follow cut the same text into steps. Front ends that stream reasoning token by token
+    (AG-UI) use these; the Alicia protocol sends whole steps and ignores them.
+    """
+
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +155,8 @@ class TurnEnded:
 
 
 TurnEvent = (
-    StepReady
+    ReasoningDelta
+    | StepReady
     | AnswerStarted
     | AnswerDelta
     | SentenceReady

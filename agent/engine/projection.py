@@ -145,7 +145,7 @@ class TurnProjection:
             await s.outbox.send(result, s.clients(), everyone=True)
         elif isinstance(event, TurnEnded):
             await self._finish(event)
-        # AnswerDelta: the sentences carry the same text.
+        # AnswerDelta: the sentences carry the same text; ReasoningDelta: steps go whole.
 
     async def _finish(self, ended: TurnEnded) -> None:
         s = self._session

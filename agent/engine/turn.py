@@ -50,6 +50,7 @@ from alicia.protocol import ids as id_prefix
 from .events import (
     AnswerDelta,
     AnswerStarted,
+    ReasoningDelta,
     SentenceReady,
     StepReady,
     ToolFinished,
@@ -418,12 +419,13 @@ class Turn:
                 self._first_reasoning_ms = (self._clock() - self._started_at) * 1000.0
             if isinstance(part, Reasoning):
                 self._round_raw = True
-                return await self._steps_out(segmenter.push(part.text))
-            if self._round_raw:  # the provider's summary of the raw reasoning
+            elif self._round_raw:  # the provider's summary of the raw reasoning
                 self._summaries.append(part.text)
                 return []
-            self._round_summarised = True
-            return await self._steps_out(segmenter.push(part.text))
+            else:
+                self._round_summarised = True
+            steps = await self._steps_out(segmenter.push(part.text))
+            return [ReasoningDelta(part.text), *steps]
         out: list[TurnEvent] = []
         if not self._answer_open:
             out.extend(await self._steps_out(segmenter.close()))
