@@ -124,7 +124,7 @@ def test_a_tool_call_closes_the_open_step_first_and_indexes_continue() -> None:
     tracker.seed("msg_u", 3)
     assembler = TurnAssembler("msg_u", tracker)
     events = assembler.reasoning("I should use the calculator")
-    assert events == []
+    assert events == [ReasoningDelta("I should use the calculator")]  # no step yet
     events = assembler.tool_requested("tu_1", "calculator", {"expression": "2+2"}, 5000)
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["StepReady", "ToolRequested"]
