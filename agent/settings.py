@@ -178,6 +178,15 @@ class Settings:
     resume_rate_per_s: float = 0.1
     """``ALICIA_RESUME_RATE`` (default 0.1): resume Configurations per second one
     participant may send once its burst is spent."""
+    agui_host: str = "127.0.0.1"
+    """``ALICIA_AGUI_HOST`` (default ``127.0.0.1``): address ``python -m alicia.agent.agui``
+    listens on."""
+    agui_port: int = 8090
+    """``ALICIA_AGUI_PORT`` (default 8090): port of ``python -m alicia.agent.agui`` (0 = any
+    free port)."""
+    agui_max_runs: int = 64
+    """``ALICIA_AGUI_MAX_RUNS`` (default 64): AG-UI runs and room streams served at once by
+    one process; more are answered with HTTP 503."""
     timing_meta: bool = False
     """``ALICIA_TIMING_META`` (default false): add ``meta.closedAtNs`` (``time.time_ns()``
     when the segmenter closed the step) to each ReasoningStep, for ``bench/latency.py``."""
@@ -245,6 +254,9 @@ class Settings:
             resume_burst=r.integer("ALICIA_RESUME_BURST", 3, low=1),
             resume_rate_per_s=r.number("ALICIA_RESUME_RATE", 0.1, low=0.001),
             timing_meta=r.flag("ALICIA_TIMING_META", False),
+            agui_host=r.text("ALICIA_AGUI_HOST", "127.0.0.1"),
+            agui_port=r.integer("ALICIA_AGUI_PORT", 8090, low=0),
+            agui_max_runs=r.integer("ALICIA_AGUI_MAX_RUNS", 64, low=1),
         )
         return settings
 

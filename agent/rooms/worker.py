@@ -16,27 +16,22 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
-import openai
 from livekit import api, rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
 
 from alicia.agent.engine.conversation import Conversation
-from alicia.agent.engine.sink import NullSink, StepSink
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.engine.turn import TurnOptions
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
+from alicia.agent.wiring import open_keys, open_llm, open_sink
 
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
 
-if TYPE_CHECKING:
-    from alicia.agent.storage.keys import KeyStore
-
-__all__ = ["build_server", "entrypoint", "open_keys"]
+__all__ = ["build_server", "entrypoint"]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -112,31 +107,6 @@ def build_server(settings: Settings) -> AgentServer:
     return server
 
 
-async def open_sink(url: str | None, *, close_timeout_s: float = 10.0) -> StepSink:
-    """The storage sink for ``url`` (None: persistence off)."""
-    if not url:
-        return NullSink()
-    # SQLAlchemy only when storing.
-    from alicia.agent.storage.writer import WriterOptions
-    from alicia.agent.storage.writer import open_sink as open_storage
-
-    return await open_storage(url, WriterOptions(close_timeout_s=close_timeout_s))
-
-
-def open_keys(settings: Settings) -> KeyStore | None:
-    """The per-conversation data keys (storage and master keys both configured)."""
-    if not (settings.database_url and settings.reasoning_keys):
-        if settings.zdr:
-            logger.warning(
-                "ALICIA_ZDR without DATABASE_URL and ALICIA_REASONING_KEYS: no step is stored"
-            )
-        return None
-    from alicia.agent.engine.sealing import ReasoningSealer
-    from alicia.agent.storage.keys import KeyStore
-
-    return KeyStore(settings.database_url, ReasoningSealer(settings.reasoning_keys))
-
-
 async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
@@ -206,15 +176,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
     logger.info("room joined", extra={"room": room.name})
     sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
     keys = open_keys(settings)
-    llm = openai.AsyncOpenAI(
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key,
-        timeout=settings.llm_timeout_s,
-        max_retries=1,
-        # aiohttp transport (openai's documented option): the default anyio one pauses and
-        # resumes the socket for every streamed read, a selector error path each time.
-        http_client=openai.DefaultAioHttpClient(timeout=settings.llm_timeout_s),
-    )
+    llm = open_llm(settings)
     try:
         async with RoomTransport(room) as transport:
             conversation = Conversation(

@@ -496,7 +496,7 @@ async def attach_reasoning(
     ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
     variables are not needed here. The bridge closes with the session.
     """
-    from alicia.agent.rooms.worker import open_keys, open_sink  # storage only when configured
+    from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
     if settings is None:
         settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))

@@ -1,0 +1,61 @@
+"""The parts every front end wires from :class:`~alicia.agent.settings.Settings`.
+
+The LiveKit worker (``agent/rooms/``) and the AG-UI endpoint (``agent/agui/``) serve the
+same engine with the same storage, keys and model client; this module makes them once,
+so both front ends open them the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import openai
+
+from alicia.agent.engine.sink import NullSink, StepSink
+
+if TYPE_CHECKING:
+    from alicia.agent.settings import Settings
+    from alicia.agent.storage.keys import KeyStore
+
+__all__ = ["open_keys", "open_llm", "open_sink"]
+
+logger = logging.getLogger("alicia.worker")
+
+
+async def open_sink(url: str | None, *, close_timeout_s: float = 10.0) -> StepSink:
+    """The storage sink for ``url`` (None: persistence off)."""
+    if not url:
+        return NullSink()
+    # SQLAlchemy only when storing.
+    from alicia.agent.storage.writer import WriterOptions
+    from alicia.agent.storage.writer import open_sink as open_storage
+
+    return await open_storage(url, WriterOptions(close_timeout_s=close_timeout_s))
+
+
+def open_keys(settings: Settings) -> KeyStore | None:
+    """The per-conversation data keys (storage and master keys both configured)."""
+    if not (settings.database_url and settings.reasoning_keys):
+        if settings.zdr:
+            logger.warning(
+                "ALICIA_ZDR without DATABASE_URL and ALICIA_REASONING_KEYS: no step is stored"
+            )
+        return None
+    from alicia.agent.engine.sealing import ReasoningSealer
+    from alicia.agent.storage.keys import KeyStore
+
+    return KeyStore(settings.database_url, ReasoningSealer(settings.reasoning_keys))
+
+
+def open_llm(settings: Settings) -> openai.AsyncOpenAI:
+    """The model client: the ``openai`` client on its aiohttp transport."""
+    return openai.AsyncOpenAI(
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        timeout=settings.llm_timeout_s,
+        max_retries=1,
+        # aiohttp transport (openai's documented option): the default anyio one pauses and
+        # resumes the socket for every streamed read, a selector error path each time.
+        http_client=openai.DefaultAioHttpClient(timeout=settings.llm_timeout_s),
+    )
