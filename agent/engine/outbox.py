@@ -68,6 +68,12 @@ class Outbox:
         self._evicted = 0
         """|stanzaId| of the newest envelope pushed out of ``_kept`` (0: none yet)."""
 
+    def continue_after(self, last: int) -> None:
+        """Number from ``|last| + 1`` on (a conversation stored before; before any send)."""
+        if self._stanza.last:
+            raise RuntimeError("the outbox has numbered envelopes already")
+        self._stanza = StanzaCounter("server", last=-abs(last))
+
     @property
     def last(self) -> int:
         """|stanzaId| of the last envelope numbered (0: none yet)."""

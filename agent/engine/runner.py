@@ -29,7 +29,7 @@ from .session import ProtocolSession
 from .tools import ToolBox
 from .turn import Exchange, Turn, TurnOptions
 
-__all__ = ["TurnRunner"]
+__all__ = ["TurnRunner", "session_keeper"]
 
 logger = logging.getLogger("alicia.conversation")
 
@@ -151,13 +151,17 @@ class TurnRunner:
                 s.close_turn(projection, None)
 
     def _keeper(self) -> Keeper:
-        """Pass-back reasoning sealed with this conversation's data key (or the master
-        key); kept in memory only when the deployment has no reasoning keys."""
-        sealer = self._session.sealer
-        if sealer is None:
-            return Keeper()
-        cid = self._session.id
-        return Keeper(lambda text: sealer.seal(cid, text), lambda value: sealer.open(value, cid))
+        return session_keeper(self._session)
+
+
+def session_keeper(session: ProtocolSession) -> Keeper:
+    """Pass-back reasoning sealed with the session's data key (or the master key); kept
+    in memory only when the deployment has no reasoning keys."""
+    sealer = session.sealer
+    if sealer is None:
+        return Keeper()
+    cid = session.id
+    return Keeper(lambda text: sealer.seal(cid, text), lambda value: sealer.open(value, cid))
 
 
 def _before(history: list[Exchange], user_id: str) -> list[Exchange]:

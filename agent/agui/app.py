@@ -1,0 +1,174 @@
+"""The AG-UI endpoint: a Starlette app on the same engine as the LiveKit worker.
+
+Routes:
+
+* ``POST /agui``: an AG-UI ``RunAgentInput`` (JSON) in, a Server-Sent Events stream of
+  AG-UI events out (``ag_ui.encoder.EventEncoder``); see :mod:`.projection` for the
+  events and :mod:`.history` for continuity. The thread id is the conversation id.
+* ``GET /agui/rooms/{room}/events``: a live LiveKit room's turns as AG-UI events
+  (:mod:`.room`).
+* ``GET /agui/healthz``: ``ok``.
+
+Both streams need ``Authorization: Bearer <LiveKit access token>`` whose room grant is
+the thread (or room) and whose ``alicia.reasoning`` attribute is the caller's level
+(:mod:`.auth`); without a valid one the answer is HTTP 401 (403 for another room) and
+no stream. A body that is not a ``RunAgentInput`` gets HTTP 400 with the reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Final
+
+from ag_ui.core import RunAgentInput
+from ag_ui.encoder import EventEncoder
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from alicia.agent.engine.tools import default_tools
+from alicia.agent.settings import Settings
+from alicia.agent.wiring import open_keys, open_llm, open_sink
+from alicia.client.tokens import valid_name
+
+from .auth import AuthError, Caller, TokenCheck, require_room
+from .room import RoomEvents
+from .run import Runs, RunStream
+
+__all__ = ["AguiService", "create_app"]
+
+logger = logging.getLogger("alicia.agui")
+
+MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+"""Largest RunAgentInput accepted (the whole history travels with every run)."""
+_SSE_HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    headers = {"Cache-Control": "no-store"}
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class AguiService:
+    """The endpoint's routes and the lifespan of what they share (storage, keys, LLM)."""
+
+    def __init__(self, settings: Settings) -> None:
+        """Nothing is opened until :meth:`lifespan`."""
+        self.settings = settings
+        self.check = TokenCheck(
+            settings.livekit_api_key,
+            settings.livekit_api_secret,
+            default=settings.reasoning_visibility,
+        )
+        self._runs: Runs | None = None
+        self.rooms = RoomEvents(settings)
+        self.encoder = EventEncoder()
+
+    @property
+    def runs(self) -> Runs:
+        """The runs being served (once the lifespan has started)."""
+        if self._runs is None:
+            raise RuntimeError("the AG-UI service has not started")
+        return self._runs
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        """The endpoint's routes, to serve alone or inside another Starlette app."""
+        return [
+            Route("/agui", self.run, methods=["POST"]),
+            Route("/agui/rooms/{room}/events", self.room, methods=["GET"]),
+            Route("/agui/healthz", self.healthz, methods=["GET"]),
+        ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Open storage, keys and the model client; on exit stop every run and close them."""
+        s = self.settings
+        sink = await open_sink(s.database_url, close_timeout_s=s.storage_close_timeout_s)
+        keys = open_keys(s)
+        llm = open_llm(s)
+        tools = default_tools() if s.tools_enabled else None
+        self._runs = Runs(s, sink=sink, llm=llm, keys=keys, tools=tools)
+        try:
+            yield
+        finally:
+            await self._runs.aclose()
+            await self.rooms.aclose()
+            if keys is not None:
+                await keys.aclose()
+            await llm.close()
+            await sink.aclose()
+
+    async def healthz(self, request: Request) -> Response:
+        """Liveness."""
+        return PlainTextResponse("ok")
+
+    def _caller(self, request: Request, room: str) -> Caller:
+        caller = self.check.caller(request.headers.get("authorization"))
+        require_room(caller, room)
+        return caller
+
+    async def run(self, request: Request) -> Response:
+        """``POST /agui``: one run as an SSE stream."""
+        try:
+            self.check.caller(request.headers.get("authorization"))
+        except AuthError as exc:
+            return _error(exc.status, str(exc))
+        body = await request.body()
+        if len(body) > MAX_BODY_BYTES:
+            return _error(413, f"the run input is over {MAX_BODY_BYTES} bytes")
+        try:
+            run = RunAgentInput.model_validate_json(body)
+        except ValidationError as exc:
+            return _error(400, f"not an AG-UI RunAgentInput: {exc.error_count()} errors: {exc}")
+        if not valid_name(run.thread_id):
+            return _error(400, "threadId must be 1-128 characters of [A-Za-z0-9_.-]")
+        try:
+            caller = self._caller(request, run.thread_id)
+        except AuthError as exc:
+            return _error(exc.status, str(exc))
+        if self.runs.busy:
+            return _error(503, "too many runs at once; try again")
+        stream = self.runs.start(caller, run)
+        return StreamingResponse(
+            self._sse(stream), media_type=self.encoder.get_content_type(), headers=_SSE_HEADERS
+        )
+
+    async def _sse(self, stream: RunStream) -> AsyncIterator[str]:
+        try:
+            async for event in stream:
+                yield self.encoder.encode(event)
+        finally:
+            stream.close()
+
+    async def room(self, request: Request) -> Response:
+        """``GET /agui/rooms/{room}/events``: a live room's turns as an SSE stream."""
+        room = request.path_params["room"]
+        try:
+            caller = self._caller(request, room)
+        except AuthError as exc:
+            return _error(exc.status, str(exc))
+        if self.rooms.busy:
+            return _error(503, "too many room streams at once; try again")
+        events = self.rooms.stream(caller)
+        return StreamingResponse(
+            (self.encoder.encode(e) async for e in events),
+            media_type=self.encoder.get_content_type(),
+            headers=_SSE_HEADERS,
+        )
+
+
+def create_app(settings: Settings) -> Starlette:
+    """The AG-UI endpoint alone (``python -m alicia.agent.agui``)."""
+    service = AguiService(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with service.lifespan():
+            yield
+
+    return Starlette(routes=service.routes, lifespan=lifespan)

@@ -1,0 +1,189 @@
+"""The AG-UI endpoint as a web app calls it: ``python -m alicia.agent.agui`` over real HTTP,
+the recorded LLM over real HTTP, tokens minted like an app backend's.
+
+Every event validates against ``ag-ui-protocol``'s models; the order is the one the
+issue names; reasoning streams token by token; each level gets exactly its rendition
+(a canary phrase of the recorded reasoning reaches only ``full``); tampered values end
+the run with RUN_ERROR; a request without a valid token gets 401 and no stream.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from ag_ui.core import Event
+from pydantic import TypeAdapter
+
+from alicia.agent.engine.sealing import ReasoningSealer
+from alicia.agent.llm.summary import extractive_summary
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import new_id
+from tests.agui_helpers import AguiProcess, agui_token, post_run, run_input, running_agui
+from tests.worker_streams import combined_streams
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+KEY = bytes(range(32))
+KEYS = f"k1={base64.b64encode(KEY).decode()}"
+CANARY = "classic trap"  # in the recorded reasoning of deepseek_reasoning_content, step 1
+EVENT = TypeAdapter(Event)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM(streams_dir=combined_streams(tmp_path_factory.mktemp("s"))) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def agui(livekit_server: LiveKitServer, llm: RecordedLLM) -> AsyncIterator[AguiProcess]:
+    async with running_agui(
+        livekit_server, llm.base_url, env={"ALICIA_REASONING_KEYS": KEYS}
+    ) as process:
+        yield process
+
+
+def user(text: str, message_id: str | None = None) -> dict[str, Any]:
+    return {"id": message_id or new_id("msg"), "role": "user", "content": text}
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def validated(events: list[dict[str, Any]]) -> None:
+    """Every event is a valid ag-ui-protocol event, and none is a deprecated THINKING_*."""
+    for event in events:
+        EVENT.validate_python(event)
+    assert not [t for t in types(events) if t.startswith("THINKING")]
+
+
+async def run_level(
+    agui: AguiProcess, server: LiveKitServer, llm: RecordedLLM, level: str | None
+) -> list[dict[str, Any]]:
+    thread = new_id("conv")
+    spec = llm.spec("deepseek_reasoning_content")
+    llm.script("deepseek_reasoning_content")
+    token = agui_token(server, thread, f"web-{level}", level)
+    status, events, text = await post_run(agui.url, token, run_input(thread, [user(spec.user)]))
+    assert status == 200, f"{text}\n{agui.log()}"
+    validated(events)
+    return events
+
+
+async def test_a_full_caller_gets_the_reasoning_streamed_then_the_answer_in_order(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    events = await run_level(agui, livekit_server, llm, "full")
+    kinds = types(events)
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+    # RUN_STARTED, REASONING_START, the reasoning message, REASONING_END, the text message.
+    order = [
+        "RUN_STARTED",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    assert [k for k in kinds if k in order] == order
+    deltas = [e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT"]
+    # Streamed as the tokens arrive: one event per recorded reasoning chunk, not per step.
+    assert "".join(deltas) == spec.reasoning
+    assert len(deltas) > 4 * len(spec.steps)
+    start = next(e for e in events if e["type"] == "REASONING_MESSAGE_START")
+    assert start["role"] == "reasoning"
+    answer = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert answer.strip() == spec.answer
+    assert CANARY not in answer
+    assert "REASONING_ENCRYPTED_VALUE" not in kinds  # full needs none
+
+
+@pytest.mark.parametrize("level", ["summary", "encrypted", "none", None])
+async def test_each_level_gets_exactly_its_rendition_and_the_canary_only_full(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM, level: str | None
+) -> None:
+    spec = llm.spec("deepseek_reasoning_content")
+    assert CANARY in spec.steps[0]
+    events = await run_level(agui, livekit_server, llm, level)
+    raw = str(events)
+    assert CANARY not in raw
+    kinds = types(events)
+    answer = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert answer.strip() == spec.answer  # every level gets the whole answer
+    contents = [e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT"]
+    values = [e for e in events if e["type"] == "REASONING_ENCRYPTED_VALUE"]
+    thread = events[0]["threadId"]
+    sealer = ReasoningSealer([("k1", KEY)])
+    if level == "summary":
+        assert "".join(contents) == "\n\n".join(extractive_summary(s) for s in spec.steps)
+    else:
+        assert contents == []
+    if level in ("summary", "encrypted"):
+        assert len(values) == 1 and values[0]["subtype"] == "message"
+        message = next(e for e in events if e["type"] == "REASONING_MESSAGE_START")
+        assert values[0]["entityId"] == message["messageId"]
+        assert sealer.open(values[0]["encryptedValue"], thread) == "\n\n".join(spec.steps)
+        assert kinds.index("REASONING_ENCRYPTED_VALUE") < kinds.index("REASONING_END")
+    else:  # none, and a token that grants nothing (the deployment default: none)
+        assert values == []
+        assert not [k for k in kinds if k.startswith("REASONING")]
+
+
+async def test_without_a_valid_token_the_answer_is_401_and_no_stream(
+    agui: AguiProcess, livekit_server: LiveKitServer
+) -> None:
+    thread = new_id("conv")
+    body = run_input(thread, [user("hello")])
+    forged = agui_token(livekit_server, thread, "web-x")[:-4] + "AAAA"
+    for token in (None, "not-a-jwt", forged):
+        status, events, text = await post_run(agui.url, token, body)
+        assert (status, events) == (401, []), text
+        assert "text/event-stream" not in text
+    other = agui_token(livekit_server, "conv_other", "web-x")
+    status, events, _ = await post_run(agui.url, other, body)
+    assert (status, events) == (403, [])
+    status, _, text = await post_run(agui.url, agui_token(livekit_server, thread, "w"), {"x": 1})
+    assert status == 400 and "RunAgentInput" in text
+
+
+async def test_a_tampered_value_ends_the_run_with_run_error_naming_the_message(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    thread = new_id("conv")
+    token = agui_token(livekit_server, thread, "web-s", "summary")
+    spec = llm.spec("deepseek_reasoning_content")
+    llm.script("deepseek_reasoning_content")
+    first_user = user(spec.user)
+    status, events, _ = await post_run(agui.url, token, run_input(thread, [first_user]))
+    assert status == 200
+    value = next(e for e in events if e["type"] == "REASONING_ENCRYPTED_VALUE")
+    answer_id = next(e for e in events if e["type"] == "TEXT_MESSAGE_START")["messageId"]
+    answer = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    good = value["encryptedValue"]
+    head, rest = good.split(".", 1)
+    tampered = head + "." + rest[:-3] + ("A" if rest[-3] != "A" else "B") + rest[-2:]
+    foreign = ReasoningSealer([("k1", KEY)]).seal("conv_someone_else", "made elsewhere")
+    for bad in (tampered, foreign, "not a value"):
+        history = [
+            first_user,
+            {"id": "r1", "role": "reasoning", "content": "", "encryptedValue": bad},
+            {"id": answer_id, "role": "assistant", "content": answer},
+            user("And why?"),
+        ]
+        before = len(llm.requests)
+        status, events, _ = await post_run(agui.url, token, run_input(thread, history))
+        assert status == 200
+        validated(events)
+        assert types(events) == ["RUN_STARTED", "RUN_ERROR"]
+        assert "'r1'" in events[-1]["message"] and "rejected" in events[-1]["message"]
+        assert len(llm.requests) == before  # the model was never asked
+    assert "Traceback" not in agui.log()
