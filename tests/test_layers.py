@@ -29,6 +29,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "alicia/agent/engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
     "alicia/agent/storage": ("livekit", "alicia.agent.rooms", "alicia.agent.llm"),
+    "alicia/agent/export": (
+        "livekit",
+        "alicia.agent.rooms",
+        "alicia.agent.session",
+        "alicia.agent.engine",
+        "alicia.agent.llm",
+    ),
 }
 """Layer folder (through the alicia package) -> module prefixes none of its modules may
 import."""
@@ -144,6 +151,7 @@ LOAD_WITHOUT: dict[str, tuple[str, ...]] = {
     ),
     "alicia.agent.engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
     "alicia.agent.storage": ("livekit", "alicia.agent.rooms"),
+    "alicia.agent.export": ("livekit", "alicia.agent.rooms", "alicia.agent.session"),
 }
 
 
