@@ -28,7 +28,15 @@ from livekit import api
 from alicia.harness import LiveKitServer
 from alicia.harness.ports import free_port
 
-__all__ = ["AguiProcess", "agui_token", "post_run", "run_input", "running_agui", "sse_events"]
+__all__ = [
+    "AguiProcess",
+    "EventStream",
+    "agui_token",
+    "post_run",
+    "run_input",
+    "running_agui",
+    "sse_events",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -160,3 +168,62 @@ async def post_run(
         status = response.status
     events = sse_events(text) if status == 200 else []
     return status, events, text
+
+
+class EventStream:
+    """A live SSE stream of AG-UI events (``GET``), read in the background into
+    :attr:`events`; :meth:`wait` for an event, :meth:`aclose` to hang up."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+        self.events: list[dict[str, Any]] = []
+        self.status = 0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> EventStream:
+        self._task = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _read(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as http,
+                http.get(self.url, headers=headers) as response,
+            ):
+                self.status = response.status
+                buffer = ""
+                async for chunk in response.content.iter_any():
+                    buffer += chunk.decode()
+                    *blocks, buffer = buffer.split("\n\n")
+                    for block in blocks:
+                        self.events.extend(sse_events(block + "\n\n"))
+                    self._changed.set()
+        finally:
+            self._changed.set()
+
+    async def wait(self, type_: str, timeout: float = 30.0, **fields: Any) -> dict[str, Any]:
+        """The first event of ``type_`` (with ``fields``), waiting for it."""
+        async with asyncio.timeout(timeout):
+            while True:
+                for event in self.events:
+                    if event["type"] == type_ and all(event.get(k) == v for k, v in fields.items()):
+                        return event
+                if self._task is not None and self._task.done():
+                    self._task.result()
+                    raise AssertionError(f"the stream ended without {type_}: {self.events}")
+                self._changed.clear()
+                await self._changed.wait()
+
+    async def aclose(self) -> None:
+        """Hang up."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -9,7 +9,8 @@ and turns what the agent sends it into AG-UI events (:class:`RoomProjection`). S
 caller's grant decides what reasoning it sees, exactly as for a LiveKit client: the
 worker decides, never this endpoint.
 
-The stream opens with ``RUN_STARTED`` (thread = the room) and then, per turn: the user's
+The stream opens with ``RUN_STARTED`` (thread = the room) once the agent has answered the
+listener's handshake, so everything after it is seen; then, per turn: the user's
 words (a final Transcription, or a UserMessage the agent echoes) as a user text message;
 each ReasoningStep as a reasoning message inside one reasoning span per user message
 (its encrypted value, if any, as ``REASONING_ENCRYPTED_VALUE``); tool use as tool-call
@@ -253,7 +254,6 @@ class RoomEvents:
         session.room.on("disconnected", ended)
         run_id = new_id("run")
         try:
-            yield RunStartedEvent(thread_id=caller.room, run_id=run_id)
             try:
                 await session.connect(self.settings.livekit_url, self.token(caller))
                 await session.wait_for_agent(_JOIN_TIMEOUT_S)
@@ -261,6 +261,8 @@ class RoomEvents:
             except ClientError as exc:
                 yield RunErrorEvent(message=f"cannot follow room {caller.room!r}: {exc}")
                 return
+            # Only now: from here on the agent sends this participant everything.
+            yield RunStartedEvent(thread_id=caller.room, run_id=run_id)
             closing = asyncio.ensure_future(self._closing.wait())
             try:
                 while True:
