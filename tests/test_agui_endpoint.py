@@ -9,7 +9,11 @@ the run with RUN_ERROR; a request without a valid token gets 401 and no stream.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
+import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,9 +25,10 @@ from pydantic import TypeAdapter
 from alicia.agent.engine.sealing import ReasoningSealer
 from alicia.agent.llm.summary import extractive_summary
 from alicia.harness import LiveKitServer
+from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import new_id
-from tests.agui_helpers import AguiProcess, agui_token, post_run, run_input, running_agui
+from tests.agui_helpers import ROOT, AguiProcess, agui_token, post_run, run_input, running_agui
 from tests.worker_streams import combined_streams
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -187,3 +192,51 @@ async def test_a_tampered_value_ends_the_run_with_run_error_naming_the_message(
         assert "'r1'" in events[-1]["message"] and "rejected" in events[-1]["message"]
         assert len(llm.requests) == before  # the model was never asked
     assert "Traceback" not in agui.log()
+
+
+async def test_python_m_web_serves_the_endpoint_at_the_url_it_prints(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """``python -m alicia.web`` with the worker's settings serves the same endpoint."""
+    port = free_port()
+    env = {
+        **os.environ,
+        **livekit_server.env(),
+        "LLM_BASE_URL": llm.base_url,
+        "LLM_MODEL": "recorded-model",
+        "ALICIA_WEB_PORT": str(port),
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "alicia.web", env=env, cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        printed = ""
+        async with asyncio.timeout(60):
+            while "AG-UI endpoint on " not in printed:
+                line = await proc.stdout.readline()
+                assert line, f"python -m alicia.web ended: {printed}"
+                printed += line.decode()
+        url = printed.split("AG-UI endpoint on ", 1)[1].split()[0]
+        assert url == f"http://127.0.0.1:{port}/agui"
+        spec = llm.spec("deepseek_reasoning_content")
+        thread = new_id("conv")
+        token = agui_token(livekit_server, thread, "web-page", "full")
+        for _ in range(100):  # uvicorn starts listening right after printing
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            await asyncio.sleep(0.05)
+        llm.script("deepseek_reasoning_content")
+        status, events, text = await post_run(url, token, run_input(thread, [user(spec.user)]))
+        assert status == 200, text
+        validated(events)
+        assert "".join(
+            e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"
+        ).strip() == (spec.answer)
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from .app import create_app
+
+if TYPE_CHECKING:
+    from alicia.agent.agui import AguiService
 from .settings import WebSettings, WebSettingsError
 
 
@@ -25,9 +29,26 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
+    agui = _agui()
     print(f"web debug page on http://{host}:{port}/", flush=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    if agui is not None:
+        print(f"AG-UI endpoint on http://{host}:{port}/agui", flush=True)
+    uvicorn.run(create_app(settings, agui=agui), host=host, port=port, log_level="warning")
     return 0
+
+
+def _agui() -> AguiService | None:
+    """The AG-UI endpoint on the worker's settings, or None (said why) if they are not set."""
+    from alicia.agent.settings import SettingsError, load
+
+    try:
+        settings = load()
+    except SettingsError as exc:
+        print(f"AG-UI endpoint off: {exc}", file=sys.stderr, flush=True)
+        return None
+    from alicia.agent.agui import AguiService
+
+    return AguiService(settings)
 
 
 if __name__ == "__main__":

@@ -10,16 +10,20 @@ Routes:
   would displace that participant). Tokens carry only the configured attributes and
   never the right to change one's own. The API secret never leaves the server.
 * ``GET /healthz`` → ``ok``.
+* ``POST /agui`` and ``GET /agui/rooms/{room}/events``: the AG-UI endpoint
+  (:mod:`alicia.agent.agui`), when the app is made with one (``python -m alicia.web`` does
+  when the worker's settings are complete: ``LLM_BASE_URL``, ``LLM_MODEL``).
 * ``GET /`` → ``index.html`` (503 with a hint if the bundle was not built), and the
   static files under ``web/static`` (``dist/app.js`` is the esbuild bundle).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,6 +35,9 @@ from alicia.client.tokens import mint_token, valid_name
 from alicia.protocol.ids import CONVERSATION, new_id
 
 from .settings import WebSettings
+
+if TYPE_CHECKING:
+    from alicia.agent.agui import AguiService
 
 __all__ = ["BUNDLE", "STATIC_DIR", "Occupants", "create_app", "room_occupants"]
 
@@ -68,8 +75,14 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=_NO_STORE)
 
 
-def create_app(settings: WebSettings, *, occupants: Occupants | None = None) -> Starlette:
-    """The web debug app for ``settings`` (``occupants``: who is in a room; tests)."""
+def create_app(
+    settings: WebSettings,
+    *,
+    occupants: Occupants | None = None,
+    agui: AguiService | None = None,
+) -> Starlette:
+    """The web debug app for ``settings`` (``occupants``: who is in a room; tests), with
+    the AG-UI endpoint's routes when ``agui`` is given."""
     in_room = occupants or room_occupants(settings)
     if settings.tokens == "dev":
         logger.warning(
@@ -124,11 +137,22 @@ def create_app(settings: WebSettings, *, occupants: Occupants | None = None) -> 
 
     if not BUNDLE.is_file():
         logger.warning("web bundle missing; run npm run build", extra={"path": str(BUNDLE)})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if agui is None:
+            yield
+            return
+        async with agui.lifespan():
+            yield
+
     return Starlette(
         routes=[
             Route("/", index),
             Route("/token", token),
             Route("/healthz", healthz),
+            *(agui.routes if agui is not None else ()),
             Mount("/", StaticFiles(directory=STATIC_DIR, check_dir=False)),
-        ]
+        ],
+        lifespan=lifespan,
     )
