@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("ALICIA_AGENT_NAME") or None,
         help="trust only the agent dispatched under this name (explicit dispatch)",
     )
+    p.add_argument(
+        "--print-token",
+        action="store_true",
+        help="print the token minted for --room/--identity/--grant-reasoning and exit: a "
+        "debugging bearer token for the AG-UI endpoint (thread = --room)",
+    )
     p.add_argument("--json", action="store_true", help="print envelopes as JSON lines")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per answer")
     p.add_argument(
@@ -121,7 +127,7 @@ async def run(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True, soft_wrap=True)
     out = Console(soft_wrap=True, highlight=False)
-    if not args.url:
+    if not args.url and not args.print_token:
         err.print("[red]error:[/] no LiveKit URL: pass --url or set LIVEKIT_URL")
         return EXIT_USAGE
     room = args.room or new_id(CONVERSATION)
@@ -144,6 +150,9 @@ async def run(args: argparse.Namespace) -> int:
             identity=identity,
             attributes={"alicia.reasoning": args.grant_reasoning},
         )
+    if args.print_token:
+        sys.stdout.write(token + "\n")
+        return 0
 
     status = err if args.json else out
     renderer = TurnRenderer(out)

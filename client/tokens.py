@@ -1,4 +1,8 @@
-"""Join tokens for debug clients, minted with ``livekit-api`` from an API key/secret."""
+"""Join tokens for debug clients, minted with ``livekit-api`` from an API key/secret.
+
+The same token is the bearer token of the AG-UI endpoint (``agent/agui/``): its room is
+the thread, its ``alicia.reasoning`` attribute the caller's level
+(``alicia-client --print-token --room THREAD --grant-reasoning LEVEL``)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,3 +241,25 @@ async def test_python_m_web_serves_the_endpoint_at_the_url_it_prints(
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_the_cli_mints_a_debugging_bearer_token_for_a_thread(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """``alicia-client --print-token --room THREAD --grant-reasoning summary``."""
+    thread = new_id("conv")
+    cli = Path(sys.executable).with_name("alicia-client")
+    env = {**os.environ, **livekit_server.env()}
+    proc = await asyncio.create_subprocess_exec(
+        str(cli), "--print-token", "--room", thread, "--grant-reasoning", "summary",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    token = out.decode().strip()
+    spec = llm.spec("deepseek_reasoning_content")
+    llm.script("deepseek_reasoning_content")
+    status, events, text = await post_run(agui.url, token, run_input(thread, [user(spec.user)]))
+    assert status == 200, text
+    summaries = "".join(e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT")
+    assert summaries == "\n\n".join(extractive_summary(s) for s in spec.steps)
