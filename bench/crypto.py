@@ -8,14 +8,20 @@ sends them):
   ``full`` participant's step costs today;
 * ``encrypt_encode``  the ``encrypted`` rendition: ``ReasoningSealer.seal`` (JWE ``dir``
   + ``A256GCM`` through joserfc, bound to the conversation) of the text, the step with
-  empty content and that ``encryptedValue``, then ``alicia.protocol.encode``.
+  empty content and that ``encryptedValue``, then ``alicia.protocol.encode``;
+* ``floor``           a raw AES-256-GCM encryption of the same text with ``cryptography``
+  (a fresh 96-bit nonce, the conversation id as associated data): the cipher's own cost,
+  with no JOSE header, no base64url, no envelope.
+
+``ratio`` = encrypt_encode / (encode + floor): how far the sealed step is from the least
+any encrypted step can cost.
 
 Each figure is the best of several ``timeit`` repeats (GC collected before, disabled
 while timing) of one pass over the corpus, divided by its size. Caveats: a shared 2-core
 machine; absolute microseconds move by some percent between runs.
 
-Last line: ``RESULT encode_us=<x> encrypt_encode_us=<x> added_us=<x>`` (per step;
-target: added <= 50).
+Last line: ``RESULT encode_us=<x> encrypt_encode_us=<x> added_us=<x> floor_us=<x>
+ratio=<x>`` (per step; target: added <= 50).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import msgspec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -89,12 +96,23 @@ def main(argv: list[str] | None = None) -> None:
             body = replace(step, content="", encrypted_value=sealed)
             encode(envelope(body, stanza_id=-1, conversation_id="conv_bench"))
 
+    cipher = AESGCM(bytes(range(32)))
+    aad = b"conv_bench"
+
+    def floor() -> None:
+        for step in steps:
+            cipher.encrypt(os.urandom(12), step.content.encode(), aad)
+
     base = best_per_item(encode_only, args.n, args.repeat) * 1e6
     sealed = best_per_item(encrypt_encode, args.n, args.repeat) * 1e6
+    raw = best_per_item(floor, args.n, args.repeat) * 1e6
+    ratio = sealed / (base + raw)
     print(f"encode alone        {base:8.2f} us/step")
     print(f"encrypt + encode    {sealed:8.2f} us/step")
+    print(f"raw AES-256-GCM     {raw:8.2f} us/step (floor)")
     print(
         f"RESULT encode_us={base:.2f} encrypt_encode_us={sealed:.2f} added_us={sealed - base:.2f}"
+        f" floor_us={raw:.2f} ratio={ratio:.2f}"
     )
 
 
