@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
     ("script", "keys"),
     [
         ("bench/llm_parse.py", ("us_per_token", "floor_us_per_token", "ratio")),
-        ("bench/crypto.py", ("encode_us", "encrypt_encode_us", "added_us")),
+        (
+            "bench/crypto.py",
+            ("encode_us", "encrypt_encode_us", "added_us", "floor_us", "ratio"),
+        ),
     ],
 )
 def test_benchmark_ends_with_its_result_line(
@@ -58,4 +61,20 @@ def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
         "stock_llm_to_audio_ms",
         "added_llm_to_audio_ms",
     )
+    assert re.fullmatch("RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys), last), last
+
+
+def test_the_agui_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
+    """Two short runs per path: the endpoint and the bare pass-through, as processes."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "agui.py"), "--runs", "2", "--tokens", "20"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    keys = ("added_p50_ms", "added_p99_ms")
     assert re.fullmatch("RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys), last), last
