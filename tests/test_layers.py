@@ -29,6 +29,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     ),
     "alicia/agent/engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
     "alicia/agent/storage": ("livekit", "alicia.agent.rooms", "alicia.agent.llm"),
+    "alicia/agent/agui": ("alicia.agent.rooms", "alicia.agent.session"),
     "alicia/agent/export": (
         "livekit",
         "alicia.agent.rooms",
