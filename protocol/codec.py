@@ -10,8 +10,15 @@ Decoding is two-step (envelope with a raw body, then the body by its ``type``):
   keys; a conformant body (our own encoder's output) never leaves this path;
 * slow path, taken only when the fast path fails: the body is read as a map, ``nil``
   values are dropped (nil = absent), alias keys are mapped to primary keys, unknown
-  keys are dropped, and the result is validated into the Struct. Errors from this
-  path are final and name the offending field.
+  keys are dropped, an integral float in an int field becomes that int, and the
+  result is validated into the Struct. Errors from this path are final and name the
+  offending field.
+
+msgpackr (JavaScript) writes ``undefined`` as extension 0 with the one byte ``00`` and
+integers >= 2**32 as float64. Every decoder reads that ``undefined`` as nil (its
+``ext_hook``), so it is absent wherever nil is; other extensions keep their meaning.
+The envelope head has its own lenient retry, also taken only when the typed decode
+fails. Neither costs a conformant packet anything (DECISIONS.md, rows 23-26).
 
 An unknown ``type`` code decodes to an :class:`UnknownBody` and never raises.
 
@@ -25,12 +32,14 @@ keys, packet size) and raises :class:`~alicia.protocol.errors.EncodeError` inste
 a packet the peer must refuse. The checks are a small per-type table derived from the
 Struct definitions with ``msgspec.inspect``; each body type gets a generated encoder
 that runs them as straight-line code and hands anything unusual to the careful path
-that names the offending field.
+that names the offending field. The encoder stays strict where the decoder is lenient
+(a float in an int field is refused).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
@@ -83,11 +92,50 @@ class _EnvelopeIn(msgspec.Struct, kw_only=True, rename="camel"):
     meta: dict[str, Any] | None = None
 
 
+class _EnvelopeLax(msgspec.Struct, kw_only=True, rename="camel"):
+    """The envelope read without types, for the retry after a failed typed decode."""
+
+    body: msgspec.Raw
+    stanza_id: Any = msgspec.UNSET
+    type: Any = msgspec.UNSET
+    conversation_id: Any = msgspec.UNSET
+    meta: Any = msgspec.UNSET
+
+
+class _EnvelopeHead(msgspec.Struct, kw_only=True, rename="camel"):
+    """The typed envelope head (without the body), validated after the retry's fixes."""
+
+    stanza_id: Int32
+    type: UInt16
+    conversation_id: str | None = None
+    meta: dict[str, Any] | None = None
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    """msgpackr's ``undefined`` (ext 0, payload ``00``) is nil; other extensions stay Ext."""
+    if code == 0 and len(data) == 1 and data[0] == 0:
+        return None
+    return msgspec.msgpack.Ext(code, bytes(data))
+
+
+class _Undefined:
+    """Marks msgpackr's ``undefined`` when an error message needs to tell it from nil."""
+
+
+_UNDEFINED: Final = _Undefined()
+
+
+def _probe_hook(code: int, data: memoryview) -> Any:
+    return _UNDEFINED if code == 0 and len(data) == 1 and data[0] == 0 else None
+
+
 _encoder: Final = msgspec.msgpack.Encoder()
-_envelope_decoder: Final = msgspec.msgpack.Decoder(_EnvelopeIn)
-_any_decoder: Final = msgspec.msgpack.Decoder()
+_envelope_decoder: Final = msgspec.msgpack.Decoder(_EnvelopeIn, ext_hook=_ext_hook)
+_envelope_lax_decoder: Final = msgspec.msgpack.Decoder(_EnvelopeLax, ext_hook=_ext_hook)
+_any_decoder: Final = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+_probe_decoder: Final = msgspec.msgpack.Decoder(ext_hook=_probe_hook)
 _body_decoders: Final[dict[int, msgspec.msgpack.Decoder[Any]]] = {
-    int(code): msgspec.msgpack.Decoder(cls) for code, cls in BODY_TYPES.items()
+    int(code): msgspec.msgpack.Decoder(cls, ext_hook=_ext_hook) for code, cls in BODY_TYPES.items()
 }
 _wire_fields: Final[dict[int, frozenset[str]]] = {
     int(code): frozenset(cls.__struct_encode_fields__) for code, cls in BODY_TYPES.items()
@@ -339,9 +387,59 @@ _VALUE_FIXES: Final[dict[int, tuple[tuple[str, Callable[[Any], Any]], ...]]] = {
 }
 
 
+# --- integral floats in int fields (DECISIONS.md row 25) -------------------------------
+
+_IntRange: TypeAlias = tuple[int, int, frozenset[Any] | None]  # low, high, allowed values
+
+
+def _int_range(rule: _Rule) -> _IntRange | None:
+    """The accepted ints of an int (or int-enum) field, or None for another field."""
+    _attr, _wire, _required, kind, lo, hi, allowed = rule
+    if kind is int:
+        return (int(lo), int(hi), None)
+    if allowed and all(isinstance(v, int) and not isinstance(v, bool) for v in allowed):
+        return (min(allowed), max(allowed), allowed)
+    return None
+
+
+def _int_keys_of(code: int) -> dict[str, _IntRange]:
+    """Wire keys (primary and alias) of one body type's int fields, with their ranges."""
+    out = {
+        rule[1]: found
+        for rule in _RULES[BODY_TYPES[MessageType(code)]]
+        if (found := _int_range(rule)) is not None
+    }
+    for alias, primary, _fix in _ALIASES.get(code, ()):
+        if primary in out:
+            out[alias] = out[primary]
+    return out
+
+
+_INT_KEYS: Final[dict[int, dict[str, _IntRange]]] = {
+    int(code): _int_keys_of(int(code)) for code in BODY_TYPES
+}
+"""Type code -> wire key -> accepted ints, for the integral-float fix of the slow path."""
+
+
+def _integral(value: Any, lo: int, hi: int, allowed: frozenset[Any] | None = None) -> Any:
+    """``value`` as an int if it is a float with no fractional part that the field accepts.
+
+    msgpackr writes integers >= 2**32 (``Date.now()``) as float64. Anything else is
+    returned unchanged and refused by the usual checks: fractional, NaN, inf, out of range.
+    """
+    if type(value) is float and value.is_integer() and lo <= value <= hi:
+        number = int(value)
+        if allowed is None or number in allowed:
+            return number
+    return value
+
+
 def _normalise(code: int, fields: dict[Any, Any]) -> dict[str, Any]:
     """Drop nils, map aliases to primary keys, apply value fixes, drop unknown keys."""
     body = {k: v for k, v in fields.items() if v is not None and isinstance(k, str)}
+    for key, (lo, hi, allowed) in _INT_KEYS[code].items():
+        if type(body.get(key)) is float:
+            body[key] = _integral(body[key], lo, hi, allowed)
     for alias, primary, fix in _ALIASES.get(code, ()):
         if alias in body and primary not in body:
             body[primary] = fix(body[alias])
@@ -355,11 +453,25 @@ def _normalise(code: int, fields: dict[Any, Any]) -> dict[str, Any]:
     return out
 
 
-def _validation_error(cls: type[Any], exc: msgspec.ValidationError) -> ValidationError:
+_MISSING: Final = re.compile(r"missing required field `([^`]+)`")
+
+
+def _validation_error(
+    cls: type[Any], exc: msgspec.ValidationError, raw: msgspec.Raw
+) -> ValidationError:
     text = str(exc).replace("`$", "`$.body", 1)
     if "`$.body" not in text:
         text += " - at `$.body`"
+    missing = _MISSING.search(text)
+    if missing and missing.group(1) in _undefined_keys(raw):
+        text += " (it is undefined, which counts as absent)"
     return ValidationError(f"{cls.__name__}: {text}")
+
+
+def _undefined_keys(raw: msgspec.Raw) -> set[str]:
+    """Body keys whose value is msgpackr's ``undefined`` (only for an error message)."""
+    fields = _probe_decoder.decode(raw)
+    return {k for k, v in fields.items() if v is _UNDEFINED} if isinstance(fields, dict) else set()
 
 
 def _decode_body(code: int, raw: msgspec.Raw) -> Body | UnknownBody:
@@ -388,7 +500,37 @@ def _decode_body(code: int, raw: msgspec.Raw) -> Body | UnknownBody:
     try:
         return msgspec.convert(_normalise(code, fields), cls)
     except msgspec.ValidationError as exc:
-        raise _validation_error(cls, exc) from exc
+        raise _validation_error(cls, exc, raw) from exc
+
+
+def _lenient_head(data: bytes | bytearray | memoryview, error: Exception) -> _EnvelopeIn:
+    """The envelope after its typed decode failed with ``error``: the retry.
+
+    The leniency rules are applied (``undefined`` counts as nil, so a ``conversationId``
+    or ``meta`` that is undefined is absent; an integral float in range is an int in
+    ``stanzaId`` and ``type``) and the head is validated again, raising
+    ``msgspec.ValidationError`` for the first field still invalid. Bytes that are not
+    an envelope map at all re-raise ``error``.
+    """
+    try:
+        lax = _envelope_lax_decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        raise error from None
+    fields = {
+        "stanzaId": _integral(lax.stanza_id, _INT32_MIN, _INT32_MAX),
+        "type": _integral(lax.type, 0, _UINT16_MAX),
+        "conversationId": lax.conversation_id,
+        "meta": lax.meta,
+    }
+    present = {k: v for k, v in fields.items() if v is not msgspec.UNSET}
+    head = msgspec.convert(present, _EnvelopeHead)
+    return _EnvelopeIn(
+        stanza_id=head.stanza_id,
+        type=head.type,
+        body=lax.body,
+        conversation_id=head.conversation_id,
+        meta=head.meta,
+    )
 
 
 def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
@@ -400,7 +542,10 @@ def decode(data: bytes | bytearray | memoryview) -> Envelope[Any]:
     ``TypeError``). An unknown ``type`` yields a body of :class:`UnknownBody`.
     """
     try:
-        head = _envelope_decoder.decode(data)
+        try:
+            head = _envelope_decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            head = _lenient_head(data, exc)  # raises for a head still invalid
         body = _decode_body(head.type, head.body)
     except msgspec.ValidationError as exc:
         raise ValidationError(f"Envelope: {exc}") from exc

@@ -104,6 +104,21 @@ INTERESTING_VALUES: Final[list[Any]] = [
     {"a": {"b": None}},
     {1: 2},
     msgpack.ExtType(5, b"abc"),
+    # msgpackr: undefined (ext 0, payload 00; nil for us) and its near misses, and the
+    # float64 it writes for integers >= 2**32 (integral floats are ints in int fields).
+    msgpack.ExtType(0, b"\x00"),
+    msgpack.ExtType(0, b"\x01"),
+    msgpack.ExtType(0, b""),
+    msgpack.ExtType(0, b"\x00\x00"),
+    msgpack.ExtType(1, b"\x00"),
+    3.0,
+    -0.0,
+    2.0**31,
+    2.0**32,
+    1_767_225_600_123.0,
+    2.0**63,
+    2.0**64,
+    2.0**70,
 ]
 
 RAW_VALUES: Final[list[bytes]] = [
@@ -119,6 +134,11 @@ RAW_VALUES: Final[list[bytes]] = [
     b"\xa3\xff\xfe\xfd",  # str with invalid UTF-8
     b"\xc4\x00",  # empty bin
     b"\xcf",  # truncated uint64
+    b"\xc7\x01\x00\x00",  # undefined as ext 8
+    b"\xd4\x80\x00",  # ext -128, payload 00
+    b"\xd4\x00",  # truncated undefined
+    b"\xca" + struct.pack(">f", 7.0),
+    b"\xcb" + struct.pack(">d", 2.0**64),
 ]
 """Encodings msgpack.packb will not produce (negative ext codes, bad UTF-8, cut ints)."""
 
