@@ -33,13 +33,15 @@ a packet the peer must refuse. The checks are a small per-type table derived fro
 Struct definitions with ``msgspec.inspect``; each body type gets a generated encoder
 that runs them as straight-line code and hands anything unusual to the careful path
 that names the offending field. The encoder stays strict where the decoder is lenient
-(a float in an int field is refused).
+(a float in an int field is refused). Typed float fields (``confidence``) are written
+as float32 (DECISIONS.md, row 27).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Callable
 from typing import Any, Final, TypeAlias
 
@@ -192,6 +194,37 @@ def _rules_of(cls: type[Any]) -> tuple[_Rule, ...]:
     return tuple(r for f in info.fields if (r := _rule_for(f)) is not None)
 
 
+def _float32_fields_of(cls: type[Any]) -> tuple[str, ...]:
+    """Attributes of ``cls`` typed float (``confidence``): they travel as float32."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    out = []
+    for f in info.fields:
+        t = f.type
+        members = t.types if isinstance(t, msgspec.inspect.UnionType) else (t,)
+        if any(isinstance(m, msgspec.inspect.FloatType) for m in members):
+            out.append(f.name)
+    return tuple(out)
+
+
+def _as_float32(env: Envelope[Any]) -> Envelope[Any]:
+    """``env`` with its typed float fields replaced by their float32 encoding (``0xca``).
+
+    msgspec writes every float as float64; a typed client reading ``confidence`` into a
+    float32 (Go's vmihailenco/msgpack ``DecodeFloat32``) refuses ``0xcb``. The values
+    were range-checked already, and the bodies hold them as float32 values.
+    """
+    body = env.body
+    raws = {
+        attr: msgspec.Raw(b"\xca" + struct.pack(">f", value))
+        for attr in _FLOAT32_FIELDS[type(body)]
+        if (value := getattr(body, attr)) is not None
+    }
+    if not raws:
+        return env
+    return msgspec.structs.replace(env, body=msgspec.structs.replace(body, **raws))
+
+
 _FAST_ENCODER: Final = """
 def encode_{name}(e):
     s = e.stanza_id
@@ -207,6 +240,7 @@ def encode_{name}(e):
                 return careful(e)
     b = e.body
 {checks}
+{float32}
     try:
         data = raw_encode(e)
     except Exception:
@@ -227,7 +261,11 @@ def _compile_fast_encoder(cls: type[Any], code: int, rules: tuple[_Rule, ...]) -
     an ``IntEnum`` in an int field, an encoder error, a packet too large) is handed to
     :func:`_encode_carefully`, which decides and raises the precise error.
     """
-    ns: dict[str, Any] = {"careful": _encode_carefully, "raw_encode": _encoder.encode}
+    ns: dict[str, Any] = {
+        "careful": _encode_carefully,
+        "raw_encode": _encoder.encode,
+        "as_float32": _as_float32,
+    }
     checks = []
     for i, (attr, _wire, required, kind, lo, hi, allowed) in enumerate(rules):
         if allowed is not None:
@@ -244,12 +282,17 @@ def _compile_fast_encoder(cls: type[Any], code: int, rules: tuple[_Rule, ...]) -
         else:
             checks.append(f"    if v is not None and ({bad}):")
         checks.append("        return careful(e)")
+    float32 = ""
+    if _FLOAT32_FIELDS[cls]:
+        present = " or ".join(f"b.{attr} is not None" for attr in _FLOAT32_FIELDS[cls])
+        float32 = f"    if {present}:\n        e = as_float32(e)"
     source = _FAST_ENCODER.format(
         name=cls.__name__,
         code=code,
         lo32=_INT32_MIN,
         hi32=_INT32_MAX,
         checks="\n".join(checks),
+        float32=float32,
         max_bytes=MAX_PACKET_BYTES,
     )
     exec(source, ns)
@@ -296,7 +339,7 @@ def _encode_carefully(env: Envelope[Any]) -> bytes:
         if env.type != code:
             raise EncodeError(f"envelope type {env.type} does not match {type(body).__name__}")
         _check_envelope(env, _RULES[type(body)])
-        obj: Any = env
+        obj: Any = _as_float32(env)
     elif isinstance(body, UnknownBody):
         code = body.type_code
         if env.type != code or not 0 <= code <= _UINT16_MAX or code in _body_decoders:
@@ -331,6 +374,10 @@ _RULES: Final[dict[type[Any], tuple[_Rule, ...]]] = {
     cls: _rules_of(cls) for cls in BODY_TYPES.values()
 }
 """Body class -> checks of its constrained fields."""
+_FLOAT32_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
+    cls: _float32_fields_of(cls) for cls in BODY_TYPES.values()
+}
+"""Body class -> attributes written as float32."""
 _FAST_ENCODERS: Final[dict[type[Any], _Encode]] = {
     cls: _compile_fast_encoder(cls, _CODE_OF[cls], _RULES[cls]) for cls in BODY_TYPES.values()
 }

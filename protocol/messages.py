@@ -9,6 +9,8 @@ decoding. Aliases and nil-as-absent are handled by :mod:`alicia.protocol.codec`,
 from __future__ import annotations
 
 import enum
+import math
+import struct
 from typing import Annotated, Any, Final, Literal, TypeAlias
 
 import msgspec
@@ -51,6 +53,37 @@ UInt64 = Annotated[
 ]  # msgspec bounds stop at int64; uint64 max is implied by msgpack
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 Unit = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+"""0.0-1.0, a float32 quantity: written as MessagePack float32 (``0xca``) so that typed
+clients declaring ``float32`` can read it; held as :func:`float32_value` (DECISIONS.md
+row 27)."""
+
+
+def float32_value(value: float) -> float:
+    """The float32 nearest to ``value``, as the shortest decimal that reads back as it.
+
+    ``0.93`` stays ``0.93`` (not 0.9300000071525574), ``0.123456789`` becomes
+    ``0.12345679``. Idempotent. NaN, the infinities and finite values beyond float32's
+    range are returned unchanged (range checks refuse them).
+    """
+    try:
+        bits = struct.pack(">f", value)
+        (single,) = struct.unpack(">f", bits)
+        if not math.isfinite(single):
+            return value
+        for digits in range(1, 10):  # 9 significant digits name every float32
+            short = float(f"{single:.{digits}g}")
+            if struct.pack(">f", short) == bits:
+                return short
+    except OverflowError:
+        pass
+    return value
+
+
+def _hold_confidence_as_float32(body: Transcription | MemoryTrace) -> None:
+    """Store ``confidence`` as the float32 it travels as, so decode(encode(x)) == x."""
+    value = body.confidence
+    if type(value) is float:  # None, ints and wrong types are left to the checks
+        msgspec.structs.force_setattr(body, "confidence", float32_value(value))
 
 
 class MessageType(enum.IntEnum):
@@ -208,6 +241,9 @@ class Transcription(_Body, frozen=True):
     confidence: Unit | None = None
     language: str | None = None
 
+    def __post_init__(self) -> None:
+        _hold_confidence_as_float32(self)
+
 
 class ControlStop(_Body, frozen=True):
     """Type 10: stop generation and/or speech of ``target_id`` (default: latest)."""
@@ -263,6 +299,9 @@ class MemoryTrace(_Body, frozen=True):
     memory_type: str | None = None
     confidence: Unit | None = None
     metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        _hold_confidence_as_float32(self)
 
 
 class Commentary(_Body, frozen=True):

@@ -1,7 +1,7 @@
 """What the decoder tolerates from other encoders, and what it still refuses.
 
-DECISIONS.md rows 23-26: msgpackr's ``undefined`` (ext 0, payload ``00``) is nil; an
-integral float in range is accepted in an int field.
+DECISIONS.md rows 23-27: msgpackr's ``undefined`` (ext 0, payload ``00``) is nil; an
+integral float in range is accepted in an int field; ``confidence`` travels as float32.
 Every other extension, fractional/NaN/inf/out-of-range floats and floats in non-int
 fields keep today's typed errors (ValidationError / DecodeError -> ErrorMessage 101).
 """
@@ -16,6 +16,7 @@ import msgpack
 import msgspec
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from alicia.protocol import (
     BODY_TYPES,
@@ -25,11 +26,13 @@ from alicia.protocol import (
     EncodeError,
     Envelope,
     ErrorCode,
+    MemoryTrace,
     MessageType,
     ProtocolError,
     ReasoningStep,
     Severity,
     ToolUseRequest,
+    Transcription,
     UnknownBody,
     UserMessage,
     ValidationError,
@@ -39,6 +42,7 @@ from alicia.protocol import (
     error_body,
 )
 from alicia.protocol import codec as codec_module
+from alicia.protocol.messages import float32_value
 from tests.samples import every_type
 from tests.strategies import envelopes
 
@@ -346,6 +350,72 @@ class TestIntegralFloatsInIntFields:
         body = UserMessage(id="m", conversation_id=C, content="x", timestamp=1.7e12)  # type: ignore[arg-type]
         with pytest.raises(EncodeError, match=r"`\$\.body\.timestamp`"):
             encode(envelope(body, stanza_id=1, conversation_id=C))
+
+
+def _f32(value: float) -> float:
+    result: float = struct.unpack(">f", struct.pack(">f", value))[0]
+    return result
+
+
+class TestConfidenceIsFloat32:
+    @pytest.mark.parametrize("value", [0.93, 0.8, 0.0, 1.0, 0.5, 1 / 3, 0.123456789, 1e-40])
+    def test_written_as_float32(self, value: float) -> None:
+        for body in (
+            Transcription(id="t", conversation_id=C, text="x", confidence=value),
+            MemoryTrace(
+                id="m",
+                conversation_id=C,
+                previous_id="u",
+                memory_id="mem",
+                action="retrieved",
+                content="x",
+                confidence=value,
+            ),
+        ):
+            data = encode(envelope(body, stanza_id=-1, conversation_id=C))
+            assert b"\xaaconfidence\xca" + struct.pack(">f", value) in data
+            assert b"\xcb" not in data
+            assert msgpack.unpackb(data)["body"]["confidence"] == _f32(value)
+            back = decode(data).body
+            assert back == body
+            assert back.confidence == float32_value(value)
+
+    def test_an_int_confidence_is_written_as_float32(self) -> None:
+        body = Transcription(id="t", conversation_id=C, text="x", confidence=1)
+        data = encode(envelope(body, stanza_id=-1, conversation_id=C))
+        assert b"\xaaconfidence\xca" + struct.pack(">f", 1.0) in data
+
+    def test_held_as_the_shortest_decimal_of_its_float32(self) -> None:
+        assert (
+            Transcription(id="t", conversation_id=C, text="x", confidence=0.93).confidence == 0.93
+        )
+        assert float32_value(0.9300000071525574) == 0.93
+        assert float32_value(0.123456789) == 0.12345679
+        assert float32_value(1e-50) == 0.0
+        assert math.isnan(float32_value(math.nan))
+        assert float32_value(math.inf) == math.inf
+        assert float32_value(1e300) == 1e300  # beyond float32: left to the range check
+
+    def test_float64_from_a_client_is_read(self) -> None:
+        body = {"id": "t", "conversationId": C, "text": "x", "confidence": 0.93}
+        got = decode(_packet(body, type=9)).body
+        assert isinstance(got, Transcription) and got.confidence == 0.93
+
+    def test_out_of_range_still_refused(self) -> None:
+        for value in (1.0000001, -0.01, math.nan):
+            body = Transcription(id="t", conversation_id=C, text="x", confidence=value)
+            with pytest.raises(EncodeError, match=r"`\$\.body\.confidence`"):
+                encode(envelope(body, stanza_id=-1, conversation_id=C))
+
+    @given(st.floats(0.0, 1.0))
+    @settings(max_examples=300, deadline=None)
+    def test_float32_value_properties(self, value: float) -> None:
+        held = float32_value(value)
+        assert _f32(held) == _f32(value)  # the same float32
+        assert float32_value(held) == held  # idempotent
+        assert len(repr(held)) <= len(repr(_f32(value)))  # never longer than the raw float32
+        body = Transcription(id="t", conversation_id=C, text="x", confidence=value)
+        assert decode(encode(envelope(body, stanza_id=-1, conversation_id=C))).body == body
 
 
 def test_every_failure_here_is_a_protocol_error() -> None:
