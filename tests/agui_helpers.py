@@ -171,12 +171,13 @@ async def post_run(
 
 
 class EventStream:
-    """A live SSE stream of AG-UI events (``GET``), read in the background into
-    :attr:`events`; :meth:`wait` for an event, :meth:`aclose` to hang up."""
+    """A live SSE stream of AG-UI events (``GET``, or ``POST`` of ``body``), read in the
+    background into :attr:`events`; :meth:`wait` for an event, :meth:`aclose` to hang up."""
 
-    def __init__(self, url: str, token: str) -> None:
+    def __init__(self, url: str, token: str, *, body: Mapping[str, Any] | None = None) -> None:
         self.url = url
         self.token = token
+        self.body = body
         self.events: list[dict[str, Any]] = []
         self.status = 0
         self._changed = asyncio.Event()
@@ -192,10 +193,11 @@ class EventStream:
     async def _read(self) -> None:
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
         timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
+        method = "GET" if self.body is None else "POST"
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as http,
-                http.get(self.url, headers=headers) as response,
+                http.request(method, self.url, json=self.body, headers=headers) as response,
             ):
                 self.status = response.status
                 buffer = ""

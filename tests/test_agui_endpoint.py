@@ -29,7 +29,15 @@ from alicia.harness import LiveKitServer
 from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import new_id
-from tests.agui_helpers import ROOT, AguiProcess, agui_token, post_run, run_input, running_agui
+from tests.agui_helpers import (
+    ROOT,
+    AguiProcess,
+    EventStream,
+    agui_token,
+    post_run,
+    run_input,
+    running_agui,
+)
 from tests.worker_streams import combined_streams
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -263,3 +271,23 @@ async def test_the_cli_mints_a_debugging_bearer_token_for_a_thread(
     assert status == 200, text
     summaries = "".join(e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT")
     assert summaries == "\n\n".join(extractive_summary(s) for s in spec.steps)
+
+
+async def test_a_caller_that_hangs_up_stops_the_turn_and_nothing_hangs(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """Mid-reasoning the caller goes away: the model's stream is abandoned at once, the
+    endpoint stays up and serves the next run."""
+    thread = new_id("conv")
+    token = agui_token(livekit_server, thread, "web-gone", "full")
+    before = llm.disconnects
+    async with EventStream(agui.url, token, body=run_input(thread, [user("endless")])) as stream:
+        await stream.wait("REASONING_MESSAGE_CONTENT")
+    async with asyncio.timeout(10):
+        while llm.disconnects == before:
+            await asyncio.sleep(0.05)
+    spec = llm.spec("deepseek_reasoning_content")
+    llm.script("deepseek_reasoning_content")
+    status, events, _ = await post_run(agui.url, token, run_input(thread, [user(spec.user)]))
+    assert status == 200 and types(events)[-1] == "RUN_FINISHED"
+    assert "Traceback" not in agui.log()
