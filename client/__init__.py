@@ -3,8 +3,18 @@
 ``ClientSession`` joins a LiveKit room, performs the Configuration handshake, sends
 user messages and folds the agent's envelopes into :class:`Turn` objects. The
 ``alicia-client`` console script (:mod:`alicia.client.cli`) renders them live with rich.
+The session trusts only the agent participant and follows it across takeovers
+(:mod:`alicia.client.trust`), reporting each change as an :data:`AgentEvent`.
 """
 
+from .agent_events import (
+    AgentEvent,
+    AgentLeft,
+    AgentLost,
+    AgentReplaced,
+    AgentResumed,
+    AgentResumeFailed,
+)
 from .assembly import (
     AnswerDone,
     AnswerStarted,
@@ -33,7 +43,13 @@ from .tokens import mint_token, valid_name
 
 __all__ = [
     "CLIENT_VERSION",
+    "AgentEvent",
+    "AgentLeft",
+    "AgentLost",
     "AgentMissingError",
+    "AgentReplaced",
+    "AgentResumeFailed",
+    "AgentResumed",
     "AnswerDone",
     "AnswerStarted",
     "ClientError",

@@ -7,8 +7,14 @@ toggles show-reasoning with a Configuration update, ``/reasoning on|off`` sets i
 ``/quit`` leaves. ``--json`` prints every envelope (sent and received) as one JSON
 object per line instead.
 
-Exit codes: 0 ok, 2 usage, 3 cannot connect, 4 no agent / handshake failed,
-5 a turn timed out or ended with an agent error.
+The client follows the agent: when it leaves, a status line says the client waits (up
+to ``--agent-timeout`` seconds) for another; when another agent takes over, the client
+resumes with it (PROTOCOL.md §4.9) and says so ("the agent was replaced (agent-…);
+resumed"). Only a participant of kind AGENT (with ``--agent-name``, the one dispatched
+under that name) is ever shown.
+
+Exit codes: 0 ok, 2 usage, 3 cannot connect, 4 no agent / handshake failed (also: the
+agent left and none took over), 5 a turn timed out or ended with an agent error.
 """
 
 from __future__ import annotations
@@ -25,7 +31,14 @@ from typing import Any, Final
 from alicia.protocol import Envelope
 from alicia.protocol.ids import CONVERSATION, new_id
 
-__all__ = ["EXIT_AGENT", "EXIT_CONNECT", "EXIT_TURN", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_AGENT",
+    "EXIT_CONNECT",
+    "EXIT_TURN",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 EXIT_USAGE: Final = 2
 EXIT_CONNECT: Final = 3
@@ -85,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print envelopes as JSON lines")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per answer")
     p.add_argument(
-        "--agent-timeout", type=float, default=30.0, help="seconds to wait for the agent"
+        "--agent-timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the agent (and for another when it leaves)",
     )
     return p
 
@@ -115,7 +131,7 @@ async def run(args: argparse.Namespace) -> int:
     import msgspec
     from rich.console import Console
 
-    from .render import TurnRenderer
+    from .render import TurnRenderer, agent_status
     from .session import (
         AgentMissingError,
         ClientSession,
@@ -156,7 +172,12 @@ async def run(args: argparse.Namespace) -> int:
 
     status = err if args.json else out
     renderer = TurnRenderer(out)
-    session = ClientSession(show_reasoning=args.show_reasoning, agent_name=args.agent_name)
+    session = ClientSession(
+        show_reasoning=args.show_reasoning,
+        agent_name=args.agent_name,
+        agent_rejoin_timeout=args.agent_timeout,
+    )
+    session.on_agent(lambda event: status.print(agent_status(event)))
     if args.json:
 
         def print_json(env: Envelope[Any]) -> None:
@@ -210,19 +231,22 @@ async def run(args: argparse.Namespace) -> int:
                 want = {"on": True, "off": False}.get(arg, not session.show_reasoning)
                 try:
                     await session.set_show_reasoning(want)
-                except HandshakeError as exc:
+                except (AgentMissingError, HandshakeError) as exc:
                     err.print(f"[red]error:[/] {exc}")
                     return EXIT_AGENT
                 status.print(f"[dim]reasoning {'shown' if want else 'hidden'}[/]")
                 return None
             if echo and not args.json:
                 renderer.question(text)
-            turn = await session.ask(text)
             try:
+                turn = await session.ask(text)
                 await session.wait_turn(turn, timeout=args.timeout)
             except TurnTimeoutError as exc:
                 err.print(f"[red]error:[/] {exc}")
                 return EXIT_TURN
+            except (AgentMissingError, HandshakeError) as exc:
+                err.print(f"[red]error:[/] {exc}")
+                return EXIT_AGENT
             if turn.error is not None and not turn.error.recoverable:
                 return EXIT_TURN
             return None

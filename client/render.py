@@ -9,6 +9,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from .agent_events import (
+    AgentEvent,
+    AgentLeft,
+    AgentReplaced,
+    AgentResumed,
+    AgentResumeFailed,
+)
 from .assembly import (
     AnswerDone,
     AnswerStarted,
@@ -21,7 +28,7 @@ from .assembly import (
     Turn,
 )
 
-__all__ = ["TurnRenderer", "step_label"]
+__all__ = ["TurnRenderer", "agent_status", "step_label"]
 
 _MAX_TOOL_TEXT = 300
 
@@ -34,6 +41,37 @@ def step_label(index: int, total: int | None) -> str:
 def _short(value: Any) -> str:
     text = msgspec.json.encode(value).decode() if value is not None else "null"
     return text if len(text) <= _MAX_TOOL_TEXT else text[: _MAX_TOOL_TEXT - 1] + "…"
+
+
+def agent_status(event: AgentEvent) -> str:
+    """The status line (rich markup) telling the user what happened to the agent."""
+    if isinstance(event, AgentLeft):
+        return (
+            f"[yellow]the agent left ({escape(event.identity)}); waiting up to "
+            f"{event.wait:g}s for another agent…[/]"
+        )
+    if isinstance(event, AgentReplaced):
+        return f"[dim]agent {escape(event.identity)} took over; resuming…[/]"
+    if isinstance(event, AgentResumed):
+        who = escape(event.identity)
+        what = "rejoined" if event.previous == event.identity else "was replaced"
+        if event.replayed:
+            return (
+                f"[yellow]the agent {what} ({who}); resumed after server message "
+                f"{event.last_sequence_seen}[/]"
+            )
+        return (
+            f"[yellow]the agent {what} ({who}); resumed without a replay of what was "
+            f"missed ({escape(event.reason or 'no replay')})[/]"
+        )
+    if isinstance(event, AgentResumeFailed):
+        return (
+            f"[red]the new agent {escape(event.identity)} did not resume: {escape(event.reason)}[/]"
+        )
+    return (
+        f"[red]the agent {escape(event.identity)} left and no agent took over within "
+        f"{event.waited:g}s[/]"
+    )
 
 
 class TurnRenderer:

@@ -1,12 +1,6 @@
 """A protocol client session over a real LiveKit room (used by the CLI, tests and benches).
 
-Exceptions::
-
-    ClientError
-    ├── ConnectError       cannot join the room (bad URL, server down, bad token)
-    ├── AgentMissingError  no agent participant joined the room in time
-    ├── HandshakeError     no Configuration reply, or the server refused it
-    └── TurnTimeoutError   a turn was not answered in time
+Errors: :mod:`alicia.client.errors` (``ClientError`` and its subclasses, re-exported here).
 
 Lifecycle: ``connect()`` → ``wait_for_agent()`` → ``handshake()`` → ``ask()`` /
 ``wait_turn()`` / ``set_show_reasoning()`` … → ``aclose()``. The session is an async
@@ -15,15 +9,23 @@ context manager; using it after ``aclose()`` raises ``RuntimeError``.
 Methods take a ``timeout`` (``# noqa: ASYNC109``) because expiry becomes one of the
 typed errors above with a message for the user, not a bare ``TimeoutError``.
 
-Trust: the session accepts envelopes only from the agent: a participant of kind AGENT
-(and, with ``agent_name``, one whose server-set ``lk.agent_name`` attribute names it).
-Until that agent has joined, every packet is dropped (counted in :attr:`untrusted`), so
-another participant can neither speak for the agent nor poison the session's state.
+Trust (:mod:`alicia.client.trust`): the session accepts envelopes only from the agent
+participant: kind AGENT (and, with ``agent_name``, the ``lk.agent_name`` livekit-server
+sets at dispatch), checked again for every packet, so a participant of another kind
+never gains trust, even under the agent's identity. Until an agent is trusted every
+packet is dropped (counted in :attr:`untrusted`), and nothing is sent: the session never
+broadcasts.
 
-Incoming packets are decoded in the room's data callback, checked for order per sender
-(the server numbers -1, -2, …; replays at or below that sender's high mark are dropped
-as duplicates), folded into turns by :class:`~alicia.client.assembly.TurnAssembler` and passed
-to the listeners synchronously: there is no unbounded queue.
+Takeover (:mod:`alicia.client.following`): when the trusted agent leaves, the session
+waits (bounded) for another agent, moves its trust there and resumes (PROTOCOL.md §4.9);
+listeners of :meth:`ClientSession.on_agent` hear each change
+(:data:`~alicia.client.agent_events.AgentEvent`).
+
+Incoming packets are decoded in the room's data callback, checked for order
+(:mod:`alicia.client.sequence`: a new agent continues the server's sequence, so one high
+mark serves every agent and replays at or below it are dropped as duplicates), folded
+into turns by :class:`~alicia.client.assembly.TurnAssembler` and passed to the listeners
+synchronously: there is no unbounded queue.
 """
 
 from __future__ import annotations
@@ -43,10 +45,8 @@ from alicia.protocol import (
     Configuration,
     Envelope,
     ErrorMessage,
-    Feature,
     ProtocolError,
     StanzaCounter,
-    StanzaOrder,
     UserMessage,
     decode,
     encode,
@@ -62,6 +62,17 @@ from .assembly import (
     Turn,
     TurnAssembler,
 )
+from .errors import (
+    AgentMissingError,
+    ClientError,
+    ConnectError,
+    HandshakeError,
+    TurnTimeoutError,
+    features_for,
+)
+from .following import AgentFollowing
+from .sequence import ServerSequence
+from .trust import AgentTrust
 
 __all__ = [
     "CLIENT_VERSION",
@@ -79,42 +90,12 @@ logger = logging.getLogger(__name__)
 CLIENT_VERSION: Final = "alicia-client/0.1.0"
 RESEND_INTERVAL: Final = 1.0
 """Seconds between repeats of an unanswered Configuration."""
-AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
-"""Attribute livekit-server puts in an explicitly dispatched agent's token: its agent name."""
 
 EnvelopeListener = Callable[[Envelope[Any]], None]
 EventListener = Callable[[Event], None]
 
 
-class ClientError(Exception):
-    """Base of the client session's errors."""
-
-
-class ConnectError(ClientError):
-    """Joining the LiveKit room failed."""
-
-
-class AgentMissingError(ClientError):
-    """No agent participant joined the room in time."""
-
-
-class HandshakeError(ClientError):
-    """The Configuration handshake or update got no reply, or an error."""
-
-
-class TurnTimeoutError(ClientError):
-    """A turn did not finish in time."""
-
-
-def features_for(show_reasoning: bool) -> list[str]:
-    """The Configuration ``features`` this client announces (§4.8)."""
-    features = [str(Feature.STREAMING)]
-    if show_reasoning:
-        features.append(str(Feature.REASONING_STEP_DISPLAY))
-    return features
-
-
-class ClientSession:
+class ClientSession(AgentFollowing):
     """One client of the Alicia protocol in one room (see the module docstring)."""
 
     def __init__(
@@ -126,33 +107,41 @@ class ClientSession:
         agent_identity: str | None = None,
         agent_name: str | None = None,
         max_turns: int = 256,
+        agent_rejoin_timeout: float = 30.0,
+        resume_timeout: float = 15.0,
     ) -> None:
-        """``agent_identity`` / ``agent_name``: trust only that agent (explicit dispatch)."""
+        """``agent_identity`` / ``agent_name``: trust only that agent (explicit dispatch).
+
+        ``agent_rejoin_timeout``: seconds to wait for another agent when the trusted one
+        leaves; ``resume_timeout``: seconds a new agent has to answer the resume.
+        """
         self.room = rtc.Room()
         self.device = device
         self.client_version = client_version
         self.conversation_id: str | None = None
         self.server_config: Configuration | None = None
-        self.agent_identity: str | None = None
-        self._expected_identity = agent_identity
-        self.agent_name = agent_name
+        self.trust = AgentTrust(agent_name=agent_name, expected_identity=agent_identity)
+        self.agent_rejoin_timeout = agent_rejoin_timeout
+        self.resume_timeout = resume_timeout
         self.assembler = TurnAssembler(show_reasoning=show_reasoning, max_turns=max_turns)
         self.decode_errors = 0
         self.duplicates = 0
         self.untrusted = 0
-        """Packets dropped because they did not come from the agent."""
+        """Packets dropped because they did not come from the trusted agent."""
         self._counter = StanzaCounter("client")
-        self._orders: dict[str, StanzaOrder] = {}
-        """Server stanza order per sender (so no one can poison another's de-duplication)."""
+        self.sequence = ServerSequence()
+        """Server stanza order and high mark, across agents."""
         self._envelope_listeners: list[EnvelopeListener] = []
         self._event_listeners: list[EventListener] = []
+        self._config_lock = asyncio.Lock()
         self._config_waiter: asyncio.Future[Configuration] | None = None
         self._turn_done: dict[str, asyncio.Event] = {}
-        self._agent_seen = asyncio.Event()
         self._resent: set[str] = set()
         self._state: Literal["new", "connected", "closed"] = "new"
+        self._init_following()
         self.room.on("data_received", self._on_data)
         self.room.on("participant_connected", self._on_participant)
+        self.room.on("participant_disconnected", self._on_participant_left)
 
     # --- listeners ------------------------------------------------------------------
 
@@ -160,6 +149,21 @@ class ClientSession:
     def show_reasoning(self) -> bool:
         """Whether reasoning steps are currently displayed."""
         return self.assembler.show_reasoning
+
+    @property
+    def agent_identity(self) -> str | None:
+        """The trusted agent's identity (``None`` while no agent is trusted)."""
+        return self.trust.identity
+
+    @property
+    def agent_name(self) -> str | None:
+        """The agent name this session requires (``lk.agent_name``), if any."""
+        return self.trust.agent_name
+
+    @property
+    def last_sequence_seen(self) -> int:
+        """The highest server |stanzaId| received (what a resume tells the agent)."""
+        return self.sequence.last_seen
 
     def on_envelope(self, listener: EnvelopeListener) -> None:
         """Call ``listener`` with every envelope sent or accepted (sign of stanzaId = side)."""
@@ -197,14 +201,14 @@ class ClientSession:
         self._require_connected()
         try:
             async with asyncio.timeout(timeout):
-                await self._agent_seen.wait()
+                while self.trust.identity is None:
+                    await self._agent_seen.wait()
         except TimeoutError as exc:
             raise AgentMissingError(
                 f"no agent joined room {self.room.name!r} within {timeout:g}s "
                 "(is the worker running against this livekit-server?)"
             ) from exc
-        assert self.agent_identity is not None
-        return self.agent_identity
+        return self.trust.identity
 
     async def handshake(
         self,
@@ -223,12 +227,14 @@ class ClientSession:
         )
         reply = await self._configure(body, timeout)
         self.conversation_id = reply.conversation_id or conversation_id or self.room.name
+        self._ready.set()
         return reply
 
     async def set_show_reasoning(self, show: bool, *, timeout: float = 10.0) -> Configuration:  # noqa: ASYNC109
         """Toggle reasoning display: send a Configuration update and wait for the reply."""
         self._require_conversation()
         self.assembler.show_reasoning = show
+        await self._until_ready()
         body = Configuration(
             conversation_id=self.conversation_id,
             client_version=self.client_version,
@@ -238,8 +244,14 @@ class ClientSession:
         return await self._configure(body, timeout)
 
     async def ask(self, text: str) -> Turn:
-        """Send a UserMessage and return its (open) turn."""
+        """Send a UserMessage and return its (open) turn.
+
+        While the agent is being replaced this waits (at most ``agent_rejoin_timeout``
+        plus the resume) until the new agent has resumed; :class:`AgentMissingError` or
+        :class:`HandshakeError` when none did.
+        """
         conversation_id = self._require_conversation()
+        await self._until_ready()
         previous = next(
             (t.answer_id for t in reversed(self.assembler.turns) if t.answer_id is not None),
             None,
@@ -257,7 +269,10 @@ class ClientSession:
         return turn
 
     async def wait_turn(self, turn: Turn, *, timeout: float = 60.0) -> Turn:  # noqa: ASYNC109
-        """Wait until ``turn`` is finished (answer complete or ended by an error)."""
+        """Wait until ``turn`` is finished (answer complete or ended by an error).
+
+        :class:`AgentMissingError` when the agent left and none took over in time.
+        """
         done = self._turn_done.get(turn.user_message_id)
         if done is None or turn.finished:
             return turn
@@ -270,6 +285,8 @@ class ClientSession:
             ) from exc
         finally:
             self._turn_done.pop(turn.user_message_id, None)
+        if not turn.finished and self._lost is not None:
+            raise self._lost
         return turn
 
     async def aclose(self) -> None:
@@ -280,8 +297,10 @@ class ClientSession:
         self._state = "closed"
         self.room.off("data_received", self._on_data)
         self.room.off("participant_connected", self._on_participant)
+        self.room.off("participant_disconnected", self._on_participant_left)
         if self._config_waiter is not None and not self._config_waiter.done():
             self._config_waiter.cancel()
+        await self._stop_following()
         if was_connected:
             await self.room.disconnect()
 
@@ -309,31 +328,31 @@ class ClientSession:
         return self.conversation_id
 
     async def _configure(self, body: Configuration, timeout: float) -> Configuration:  # noqa: ASYNC109
-        if self._config_waiter is not None and not self._config_waiter.done():
-            raise RuntimeError("a Configuration is already waiting for its reply")
-        waiter: asyncio.Future[Configuration] = asyncio.get_running_loop().create_future()
-        self._config_waiter = waiter
-        env = await self._send(body)
-        try:
-            async with asyncio.timeout(timeout):
-                while True:
-                    done, _ = await asyncio.wait({waiter}, timeout=RESEND_INTERVAL)
-                    if done:
-                        break
-                    # Right after joining, the agent may not know us yet and drops what
-                    # we send; repeat the same envelope (same stanzaId: a duplicate for a
-                    # server that already has it) until the reply comes.
-                    self._resent.add(str(env.stanza_id))
-                    await self._publish(env)
-                reply = waiter.result()
-        except TimeoutError as exc:
-            raise HandshakeError(
-                f"the agent did not answer our Configuration within {timeout:g}s"
-            ) from exc
-        finally:
-            self._config_waiter = None
-        self.server_config = reply
-        return reply
+        async with self._config_lock:  # one Configuration waits for its reply at a time
+            waiter: asyncio.Future[Configuration] = asyncio.get_running_loop().create_future()
+            self._config_waiter = waiter
+            env = await self._send(body)
+            try:
+                async with asyncio.timeout(timeout):
+                    while True:
+                        done, _ = await asyncio.wait({waiter}, timeout=RESEND_INTERVAL)
+                        if done:
+                            break
+                        # Right after joining, the agent may not know us yet and drops what
+                        # we send; repeat the same envelope (same stanzaId: a duplicate for
+                        # a server that already has it) until the reply comes. A new agent
+                        # that took over meanwhile gets the repeats.
+                        self._resent.add(str(env.stanza_id))
+                        await self._publish(env)
+                    reply = waiter.result()
+            except TimeoutError as exc:
+                raise HandshakeError(
+                    f"the agent did not answer our Configuration within {timeout:g}s"
+                ) from exc
+            finally:
+                self._config_waiter = None
+            self.server_config = reply
+            return reply
 
     async def _send(self, body: Any) -> Envelope[Any]:
         env = envelope(
@@ -345,46 +364,40 @@ class ClientSession:
         return env
 
     async def _publish(self, env: Envelope[Any]) -> None:
-        destinations = [self.agent_identity] if self.agent_identity else []
+        # Only ever to the trusted agent, still in the room and still an agent: never to
+        # the whole room, nor to whoever now holds a departed agent's identity.
+        agent = self.trust.current(self.room.remote_participants)
+        if agent is None:
+            logger.debug("no agent to send to", extra={"stanza": env.stanza_id})
+            return
         await self.room.local_participant.publish_data(
-            encode(env), reliable=True, destination_identities=destinations, topic=DATA_TOPIC
+            encode(env), reliable=True, destination_identities=[agent.identity], topic=DATA_TOPIC
         )
 
     def is_our_agent(self, participant: rtc.RemoteParticipant) -> bool:
         """An AGENT-kind participant that matches ``agent_identity``/``agent_name`` if set."""
-        if participant.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
-            return False
-        if self._expected_identity is not None and participant.identity != self._expected_identity:
-            return False
-        name = self.agent_name
-        return name is None or participant.attributes.get(AGENT_NAME_ATTRIBUTE) == name
+        return self.trust.matches(participant)
 
-    def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
-        if self.agent_identity is None and self.is_our_agent(participant):
-            self.agent_identity = participant.identity
-        if participant.identity == self.agent_identity:
-            self._agent_seen.set()
+    # --- receiving ------------------------------------------------------------------
 
     def _on_data(self, packet: rtc.DataPacket) -> None:
         if packet.topic != DATA_TOPIC:
             return
-        sender = packet.participant.identity if packet.participant else None
-        if self.agent_identity is None or sender != self.agent_identity:
+        sender = packet.participant
+        if sender is None or not self.trust.trusts(sender):
             self.untrusted += 1
             return
         try:
             env = decode(packet.data)
         except ProtocolError:
             self.decode_errors += 1
-            logger.warning("undecodable packet from the agent", extra={"sender": sender})
+            logger.warning("undecodable packet from the agent", extra={"sender": sender.identity})
             return
         if env.stanza_id >= 0:
             return  # a client-side number: not a server envelope
-        order = self._orders.setdefault(sender, StanzaOrder("server"))
-        if order.seen(env.stanza_id):
+        if not self.sequence.accept(sender.identity, env.stanza_id):
             self.duplicates += 1
             return
-        order.check(env.stanza_id)
         body = env.body
         if isinstance(body, ErrorMessage) and body.originating_id in self._resent:
             # The server already had the original: its complaint about our repeat is noise.

@@ -4,6 +4,12 @@ It answers like a server (PROTOCOL.md §4.1-§4.3): a Configuration for each cli
 Configuration, and for each UserMessage the steps of a script, one tool call, then a
 streamed answer. It lets client tests run without the worker (the worker has its own
 tests; ``tests/test_client_worker.py`` runs the client against it).
+
+For takeover tests it can join under any identity, kind and ``lk.agent_name`` (a token
+attribute: livekit-server sets it at dispatch, and takes it from any token minted with the
+API secret), continue the server's stanza sequence ``after`` a stanza id, and answers a
+resume (§4.9) like the worker: Acknowledgement + Configuration, or ErrorMessage 202 for a
+``lastSequenceSeen`` beyond what it numbered.
 """
 
 from __future__ import annotations
@@ -12,17 +18,20 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from livekit import api, rtc
 
 from alicia.harness import LiveKitServer
 from alicia.protocol import (
     DATA_TOPIC,
+    Acknowledgement,
     AssistantSentence,
     Configuration,
     Envelope,
+    ErrorMessage,
     ReasoningStep,
+    Severity,
     StanzaCounter,
     StartAnswer,
     ToolUseRequest,
@@ -77,12 +86,13 @@ class Script:
 class ScriptedAgent:
     """Receives client envelopes and replies per :class:`Script`."""
 
-    def __init__(self, room: rtc.Room, script: Script) -> None:
+    def __init__(self, room: rtc.Room, script: Script, *, after: int = 0) -> None:
+        """``after``: the last server |stanzaId| before this agent (it continues from there)."""
         self.room = room
         self.script = script
         self.received: list[Envelope[Any]] = []
         self.sent: list[Envelope[Any]] = []
-        self._counter = StanzaCounter("server")
+        self._counter = StanzaCounter("server", last=-abs(after))
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
 
@@ -107,6 +117,21 @@ class ScriptedAgent:
         conv = self.room.name
         body = env.body
         if isinstance(body, Configuration):
+            seen = body.last_sequence_seen or 0
+            if body.conversation_id == conv and seen > abs(self._counter.last):
+                refusal = ErrorMessage(
+                    id=new_id("err"),
+                    conversation_id=conv,
+                    code=202,
+                    message=f"server message {seen} was never sent here",
+                    severity=Severity.ERROR,
+                    recoverable=False,
+                )
+                await self._send(refusal, conv, to)
+                return
+            if body.conversation_id == conv and seen > 0:
+                ack = Acknowledgement(conversation_id=conv, acknowledged_stanza_id=seen)
+                await self._send(ack, conv, to)
             reply = Configuration(
                 conversation_id=conv, features=["streaming", "reasoning_steps", "tool_use"]
             )
@@ -171,20 +196,31 @@ class ScriptedAgent:
 
 @contextlib.asynccontextmanager
 async def scripted_agent(
-    server: LiveKitServer, room: str, script: Script | None = None
+    server: LiveKitServer,
+    room: str,
+    script: Script | None = None,
+    *,
+    identity: str = "scripted-agent",
+    kind: Literal["standard", "agent"] = "agent",
+    agent_name: str | None = None,
+    after: int = 0,
 ) -> AsyncIterator[ScriptedAgent]:
-    """A :class:`ScriptedAgent` joined to ``room`` with an agent token."""
-    grants = api.VideoGrants(room_join=True, room=room, agent=True)
+    """A :class:`ScriptedAgent` joined to ``room`` with an agent token (``kind="standard"``:
+    an ordinary participant's token, e.g. one forging the agent under its identity)."""
+    grants = api.VideoGrants(
+        room_join=True, room=room, agent=kind == "agent", can_publish_data=True
+    )
     token = (
         api.AccessToken(server.api_key, server.api_secret)
-        .with_identity("scripted-agent")
-        .with_kind("agent")
+        .with_identity(identity)
+        .with_kind(kind)
         .with_grants(grants)
-        .to_jwt()
     )
+    if agent_name is not None:
+        token = token.with_attributes({"lk.agent_name": agent_name})
     r = rtc.Room()
-    await r.connect(server.url, token)
-    agent = ScriptedAgent(r, script or Script())
+    await r.connect(server.url, token.to_jwt())
+    agent = ScriptedAgent(r, script or Script(), after=after)
     try:
         yield agent
     finally:
