@@ -109,11 +109,17 @@ class AgentFollowing:
                 await task
 
     def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
+        self._check_agent()  # a newcomer under the agent's identity replaced it
         if self.trust.offer(participant, self.room.remote_participants):
             self._adopted()
 
     def _on_participant_left(self, participant: rtc.RemoteParticipant) -> None:
-        if not self.trust.leave(participant):
+        self._check_agent()
+
+    def _check_agent(self) -> None:
+        """The trusted agent left, or its identity now belongs to someone else?"""
+        gone = self.trust.identity
+        if gone is None or not self.trust.leave(self.room.remote_participants):
             return
         self._agent_seen.clear()
         self._ready.clear()
@@ -122,12 +128,12 @@ class AgentFollowing:
             self._adopted()
             return
         wait = self.agent_rejoin_timeout
-        logger.info("the agent left", extra={"agent": participant.identity})
-        self._emit(AgentLeft(participant.identity, wait))
+        logger.info("the agent left", extra={"agent": gone})
+        self._emit(AgentLeft(gone, wait))
         if self._lost_timer is not None:
             self._lost_timer.cancel()
         loop = asyncio.get_running_loop()
-        self._lost_timer = loop.call_later(wait, self._agent_lost, participant.identity)
+        self._lost_timer = loop.call_later(wait, self._agent_lost, gone)
 
     def _adopted(self) -> None:
         identity = self.trust.identity

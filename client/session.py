@@ -385,6 +385,8 @@ class ClientSession(AgentFollowing):
             return
         sender = packet.participant
         if sender is None or not self.trust.trusts(sender):
+            if sender is not None and sender.identity == self.trust.identity:
+                self._check_agent()  # someone else holds the agent's identity now
             self.untrusted += 1
             return
         try:

@@ -76,9 +76,10 @@ class AgentTrust:
         self._adopt(p)
         return True
 
-    def leave(self, p: rtc.RemoteParticipant) -> bool:
-        """A participant left: True if it was the trusted agent (no agent is trusted now)."""
-        if self.identity is None or p.identity != self.identity or p.sid != self.sid:
+    def leave(self, present: Mapping[str, rtc.RemoteParticipant]) -> bool:
+        """Forget the trusted agent if it is no longer in the room as itself (it left, or
+        its identity now belongs to another participant); True if it was trusted until now."""
+        if self.identity is None or self.current(present) is not None:
             return False
         self.identity = self.sid = None
         return True

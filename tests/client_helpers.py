@@ -92,6 +92,8 @@ class ScriptedAgent:
         self.script = script
         self.received: list[Envelope[Any]] = []
         self.sent: list[Envelope[Any]] = []
+        self.errors: list[BaseException | None] = []
+        """Replies that could not be sent."""
         self._counter = StanzaCounter("server", last=-abs(after))
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
@@ -103,7 +105,13 @@ class ScriptedAgent:
         self.received.append(env)
         task = asyncio.get_running_loop().create_task(self._reply(env, packet.participant.identity))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # e.g. replying once livekit-server removed this participant from the room
+            self.errors.append(task.exception())
 
     async def _send(self, body: Any, conv: str, to: str) -> Envelope[Any]:
         env = envelope(body, stanza_id=self._counter.next(), conversation_id=conv)
