@@ -5,13 +5,19 @@
 // State for tests and people is mirrored on <body data-state=... data-reasoning=...>:
 // data-state: idle | connecting | waiting-agent | handshake | ready | error
 // data-reasoning: on | off (after the server answered the update)
+// data-agent: the trusted agent's identity; data-agent-state: ready | waiting | resuming
+// data-agent-changes: how many times another agent took over (and was resumed)
 //
-// Trust: envelopes are accepted only from the agent (a participant of kind AGENT; with
-// ?agent=NAME only the one whose server-set lk.agent_name is NAME). Before it joins,
-// nothing is accepted. De-duplication is per sender, and envelopes are placed only by
-// their ids: another user's turn in the room is shown as that user's own turn.
+// Trust (trust.ts): envelopes are accepted only from the agent participant (kind AGENT;
+// with ?agent=NAME only the one whose lk.agent_name, set by livekit-server at dispatch, is
+// NAME), checked for every packet, never by identity alone. Before it joins nothing is
+// accepted, and nothing is ever sent to anyone else (no broadcast). When it leaves the
+// page says it waits for another agent (bounded); when another takes over, the page
+// resumes with it (PROTOCOL.md §4.9: lastSequenceSeen = the highest server |stanzaId|
+// received, one mark across agents) and shows a notice. The conversation itself is drawn
+// by turns.ts.
 
-import { ConnectionState, Participant, ParticipantKind, Room, RoomEvent, Track } from "livekit-client";
+import { ConnectionState, Participant, Room, RoomEvent, Track } from "livekit-client";
 
 import {
   Body,
@@ -25,31 +31,14 @@ import {
   featuresFor,
   newId,
   num,
-  stepIndexOf,
   str,
 } from "./protocol";
+import { AgentTrust, ServerSequence } from "./trust";
+import { TurnLog, el } from "./turns";
 
 const RESEND_MS = 1000;
 const CONFIG_TIMEOUT_MS = 15000;
 const AGENT_TIMEOUT_MS = 30000;
-const MAX_TURNS = 200;
-const AGENT_NAME_ATTRIBUTE = "lk.agent_name";
-
-interface TurnView {
-  userId: string;
-  el: HTMLElement;
-  steps: HTMLOListElement;
-  count: HTMLElement;
-  answer: HTMLElement;
-  stepIds: Set<string>;
-  sentences: Map<number, string>;
-  answerId?: string;
-  totalSteps?: number;
-  shownSteps: number;
-  hiddenSteps: number;
-  done: boolean;
-  own: boolean;
-}
 
 function $(id: string): HTMLElement {
   const el = document.getElementById(id);
@@ -57,35 +46,23 @@ function $(id: string): HTMLElement {
   return el;
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  cls?: string,
-  text?: string,
-): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-function short(value: unknown, max = 300): string {
-  const s = JSON.stringify(value ?? null);
-  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
-}
-
 class DebugClient {
   private room = new Room();
-  private agent?: string;
+  private trust: AgentTrust;
+  private sequence = new ServerSequence();
+  private lastAgent?: string;
+  private agentChanges = 0;
+  private ready = false;
+  private readyWaiters: Array<() => void> = [];
+  private lost?: Error;
+  private lostTimer?: ReturnType<typeof setTimeout>;
+  private configChain: Promise<unknown> = Promise.resolve();
   private stanza = 0;
-  private serverHigh = new Map<string, number>();
   private untrusted = 0;
   private resent = new Set<string>();
   private conversationId = "";
   private showReasoning: boolean;
-  private turns = new Map<string, TurnView>();
-  private byAnswer = new Map<string, string>();
-  private byRequest = new Map<string, string>();
-  private lastAnswerId?: string;
+  private turns: TurnLog;
   private configWaiter?: (body: Body | Error) => void;
   private agentWaiter?: () => void;
 
@@ -93,17 +70,21 @@ class DebugClient {
     private log: HTMLElement,
     private status: HTMLElement,
     showReasoning: boolean,
-    private agentName?: string,
+    agentName?: string,
   ) {
+    this.trust = new AgentTrust(agentName);
     this.showReasoning = showReasoning;
+    this.turns = new TurnLog(log, showReasoning);
     document.body.dataset.reasoning = showReasoning ? "on" : "off";
     this.room.on(RoomEvent.DataReceived, (payload, participant, _kind, topic) =>
       this.onData(payload, participant, topic),
     );
     this.room.on(RoomEvent.ParticipantConnected, (p) => this.onParticipant(p));
+    this.room.on(RoomEvent.ParticipantDisconnected, () => this.checkAgent());
+    this.room.on(RoomEvent.ParticipantAttributesChanged, () => this.checkAgent());
     // The agent's spoken answers (a voice agent publishes an audio track): play them.
     this.room.on(RoomEvent.TrackSubscribed, (track, _pub, participant) => {
-      if (track.kind !== Track.Kind.Audio || participant.identity !== this.agent) return;
+      if (track.kind !== Track.Kind.Audio || !this.trust.trusts(participant)) return;
       const audio = track.attach();
       audio.id = "agent-audio";
       document.getElementById("agent-audio")?.remove();
@@ -138,7 +119,10 @@ class DebugClient {
     await this.room.connect(grant.url, grant.token);
     this.setState("waiting-agent", `joined ${room}; waiting for the agent…`);
     for (const p of this.room.remoteParticipants.values()) this.onParticipant(p);
-    if (!this.agent) {
+    // livekit-client may swap a departed agent for a newcomer of the same identity without
+    // a disconnect event: look every half second too.
+    setInterval(() => this.checkAgent(), 500);
+    if (!this.trust.identity) {
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error("no agent joined the room")), AGENT_TIMEOUT_MS);
         this.agentWaiter = () => {
@@ -155,6 +139,7 @@ class DebugClient {
       features: featuresFor(this.showReasoning),
     });
     this.conversationId = str(reply, "conversationId") ?? room;
+    this.setReady();
     const features = Array.isArray(reply.features) ? reply.features.join(", ") : "none";
     // The server decides who sees reasoning: the reply lists reasoning_steps only if granted.
     const has = (f: string): boolean => Array.isArray(reply.features) && reply.features.includes(f);
@@ -186,10 +171,12 @@ class DebugClient {
 
   async setShowReasoning(show: boolean): Promise<void> {
     this.showReasoning = show;
+    this.turns.showReasoning = show;
     if (this.room.state !== ConnectionState.Connected || !this.conversationId) {
       document.body.dataset.reasoning = show ? "on" : "off";
       return;
     }
+    await this.untilReady();
     await this.configure({
       conversationId: this.conversationId,
       clientVersion: CLIENT_VERSION,
@@ -200,15 +187,16 @@ class DebugClient {
   }
 
   async ask(text: string): Promise<void> {
+    await this.untilReady();
     const id = newId("msg");
     const body: Body = {
       id,
       conversationId: this.conversationId,
       content: text,
-      previousId: this.lastAnswerId,
+      previousId: this.turns.lastAnswerId,
       timestamp: Date.now(),
     };
-    this.addTurn(id, text);
+    this.turns.addTurn(id, text);
     await this.send(MessageType.UserMessage, body);
   }
 
@@ -226,14 +214,25 @@ class DebugClient {
   }
 
   private async publish(env: Envelope): Promise<void> {
+    // Only ever to the trusted agent, still in the room and still an agent: never to the
+    // whole room, nor to whoever now holds a departed agent's identity.
+    const agent = this.trust.current(this.room.remoteParticipants);
+    if (!agent) return;
     await this.room.localParticipant.publishData(encodeEnvelope(env), {
       reliable: true,
       topic: DATA_TOPIC,
-      destinationIdentities: this.agent ? [this.agent] : undefined,
+      destinationIdentities: [agent.identity],
     });
   }
 
-  private async configure(body: Body): Promise<Body> {
+  /** One Configuration waits for its reply at a time. */
+  private configure(body: Body): Promise<Body> {
+    const run = this.configChain.then(() => this.configureNow(body));
+    this.configChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private async configureNow(body: Body): Promise<Body> {
     const reply = new Promise<Body | Error>((resolve) => (this.configWaiter = resolve));
     const env = await this.send(MessageType.Configuration, body);
     const deadline = Date.now() + CONFIG_TIMEOUT_MS;
@@ -257,15 +256,123 @@ class DebugClient {
   // --- receiving -------------------------------------------------------------------
 
   private onParticipant(p: Participant): void {
-    if (this.agent || p.kind !== ParticipantKind.AGENT) return;
-    if (this.agentName && p.attributes[AGENT_NAME_ATTRIBUTE] !== this.agentName) return;
-    this.agent = p.identity;
+    if (this.trust.offer(p, this.room.remoteParticipants)) this.adopted();
+  }
+
+  // --- following the agent across takeovers ------------------------------------------
+
+  /** The trusted agent left (or its identity now belongs to someone else)? */
+  private checkAgent(): void {
+    const gone = this.trust.identity;
+    if (!gone || !this.trust.leave(this.room.remoteParticipants)) return;
+    this.ready = false;
+    if (this.trust.successor(this.room.remoteParticipants)) {
+      this.adopted();
+      return;
+    }
+    document.body.dataset.agentState = "waiting";
+    const seconds = AGENT_TIMEOUT_MS / 1000;
+    this.notice(`the agent left (${gone}); waiting up to ${seconds} s for another agent…`);
+    this.setState("waiting-agent", `the agent left; waiting up to ${seconds} s for another agent…`);
+    clearTimeout(this.lostTimer);
+    this.lostTimer = setTimeout(() => this.agentLost(gone), AGENT_TIMEOUT_MS);
+  }
+
+  private adopted(): void {
+    const identity = this.trust.identity;
+    if (!identity) return;
+    const previous = this.lastAgent;
+    this.lastAgent = identity;
+    document.body.dataset.agent = identity;
+    clearTimeout(this.lostTimer);
+    this.lost = undefined;
     this.agentWaiter?.();
+    if (!this.conversationId) return; // the handshake (repeated) goes to this agent
+    this.ready = false;
+    document.body.dataset.agentState = "resuming";
+    this.setState("handshake", `agent ${identity} took over; resuming…`);
+    void this.resume(identity, previous);
+  }
+
+  /** Resume with a new agent (§4.9); without a replay when it cannot give one. */
+  private async resume(identity: string, previous?: string): Promise<void> {
+    const seen = this.sequence.high;
+    const body = (last: number): Body => ({
+      conversationId: this.conversationId,
+      lastSequenceSeen: last,
+      clientVersion: CLIENT_VERSION,
+      device: "web",
+      features: featuresFor(this.showReasoning),
+    });
+    const what = previous === identity ? "rejoined" : "was replaced";
+    let text = `the agent ${what} (${identity}); resumed after server message ${seen}`;
+    try {
+      await this.configure(body(seen));
+    } catch (err) {
+      if (seen === 0) return this.resumeFailed(identity, err);
+      try {
+        await this.configure(body(0)); // it cannot replay (202): continue without
+      } catch (again) {
+        return this.resumeFailed(identity, again);
+      }
+      text = `the agent ${what} (${identity}); resumed without a replay (${String(err)})`;
+      this.turns.endUnfinished(
+        `error 503: the agent was replaced (${identity}) before it answered: ask again`,
+      );
+    }
+    if (this.trust.identity !== identity) return; // replaced again meanwhile
+    this.agentChanges++;
+    document.body.dataset.agentChanges = String(this.agentChanges);
+    document.body.dataset.agentState = "ready";
+    this.notice(text);
+    this.setState("ready", `ready · conversation ${this.conversationId} · ${text}`);
+    this.setReady();
+  }
+
+  private resumeFailed(identity: string, err: unknown): void {
+    this.fail(new Error(`the new agent ${identity} did not resume: ${String(err)}`));
+  }
+
+  private agentLost(identity: string): void {
+    if (this.trust.identity) return;
+    const seconds = AGENT_TIMEOUT_MS / 1000;
+    this.fail(new Error(`the agent ${identity} left and no agent took over within ${seconds} s`));
+  }
+
+  private fail(err: Error): void {
+    this.lost = err;
+    document.body.dataset.agentState = "lost";
+    this.notice(err.message);
+    this.setState("error", `error: ${err.message}`);
+    this.setReady();
+  }
+
+  private setReady(): void {
+    this.ready = true;
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** Wait until requests may go out (an agent resumed), or throw why they cannot. */
+  private async untilReady(): Promise<void> {
+    if (!this.ready) await new Promise<void>((resolve) => this.readyWaiters.push(resolve));
+    if (this.lost) throw this.lost;
+  }
+
+  /** A visible line in the log about the agent. */
+  private notice(text: string): void {
+    const div = el("div", "notice", text);
+    div.setAttribute("role", "status");
+    div.style.cssText = "margin:0.5em 0;padding:0.4em 0.6em;background:#fff4d6;border-left:3px solid #d9a400;";
+    this.log.append(div);
+    div.scrollIntoView({ block: "end" });
   }
 
   private onData(payload: Uint8Array, participant?: Participant, topic?: string): void {
     if (topic !== DATA_TOPIC) return;
-    if (!this.agent || !participant || participant.identity !== this.agent) {
+    if (!participant || !this.trust.trusts(participant)) {
+      if (participant?.identity === this.trust.identity) this.checkAgent();
       this.untrusted++;
       document.body.dataset.untrusted = String(this.untrusted);
       return;
@@ -281,164 +388,28 @@ class DebugClient {
       throw err;
     }
     if (env.stanzaId >= 0) return; // not from the server
-    const mag = -env.stanzaId;
-    if (mag <= (this.serverHigh.get(participant.identity) ?? 0)) return; // replayed duplicate
-    this.serverHigh.set(participant.identity, mag);
+    if (!this.sequence.accept(participant.identity, env.stanzaId)) return; // replayed duplicate
     this.handle(env);
   }
 
   private handle(env: Envelope): void {
     const b = env.body;
-    switch (env.type) {
-      case MessageType.Configuration: {
-        const w = this.configWaiter;
-        this.configWaiter = undefined;
-        w?.(b);
-        return;
-      }
-      case MessageType.ReasoningStep:
-        return this.onStep(b);
-      case MessageType.ToolUseRequest:
-        return this.onToolRequest(b);
-      case MessageType.ToolUseResult:
-        return this.onToolResult(b);
-      case MessageType.StartAnswer: {
-        const turn = this.turnFor(str(b, "previousId"));
-        const id = str(b, "id");
-        if (turn && id) {
-          turn.answerId = id;
-          this.byAnswer.set(id, turn.userId);
-          if (turn.own) this.lastAnswerId = id;
-          turn.el.dataset.state = "answering";
-        }
-        return;
-      }
-      case MessageType.AssistantSentence:
-        return this.onSentence(b);
-      case MessageType.Transcription: {
-        // What the agent heard someone say: the user message of the turn that follows.
-        const id = str(b, "id");
-        if (id && b.final !== false && !this.lookup(id)) {
-          this.addTurn(id, `(spoken) ${str(b, "text") ?? ""}`, document.body.dataset.mic === "on");
-        }
-        return;
-      }
-      case MessageType.AssistantMessage: {
-        const turn = this.lookup(str(b, "previousId")) ?? this.turnFor(str(b, "previousId"));
-        if (!turn || turn.done) return;
-        turn.answerId = str(b, "id");
-        if (turn.own) this.lastAnswerId = turn.answerId;
-        turn.answer.textContent = str(b, "content") ?? "";
-        this.finish(turn, "done");
-        return;
-      }
-      case MessageType.ErrorMessage:
-        return this.onError(b);
-      default:
-        return;
-    }
-  }
-
-  private lookup(id: string | undefined): TurnView | undefined {
-    if (!id) return undefined;
-    return this.turns.get(id) ?? this.turns.get(this.byAnswer.get(id) ?? "");
-  }
-
-  // The turn of a user message; another participant's message gets a turn of its own.
-  private turnFor(userId: string | undefined): TurnView | undefined {
-    if (!userId) return undefined;
-    const known = this.lookup(userId);
-    if (known) return known;
-    this.addTurn(userId, "(another participant's message)", false);
-    return this.turns.get(userId);
-  }
-
-  private onStep(b: Body): void {
-    const turn = this.turnFor(str(b, "previousId", "messageId"));
-    const id = str(b, "id");
-    const index = stepIndexOf(b);
-    if (!turn || !id || index === undefined || turn.stepIds.has(id)) return;
-    turn.stepIds.add(id);
-    if (!this.showReasoning) {
-      turn.hiddenSteps++;
-      turn.count.textContent = `reasoning hidden (${turn.hiddenSteps})`;
-      return;
-    }
-    const total = num(b, "totalSteps");
-    if (total !== undefined) turn.totalSteps = total;
-    const li = el("li", "step");
-    li.dataset.index = String(index);
-    li.dataset.id = id;
-    const label = turn.totalSteps ? `step ${index} of ${turn.totalSteps}` : `step ${index}`;
-    const content = str(b, "content") || (str(b, "encryptedValue") ? "🔒 encrypted" : "");
-    li.append(el("span", "step-no", label), el("span", "step-text", content));
-    // Ordered by stepIndex; tool entries keep their arrival position.
-    const later = [...turn.steps.querySelectorAll<HTMLElement>("li.step")].find(
-      (s) => Number(s.dataset.index) > index,
-    );
-    turn.steps.insertBefore(li, later ?? null);
-    turn.shownSteps++;
-    turn.count.textContent = `${turn.shownSteps} step${turn.shownSteps === 1 ? "" : "s"}`;
-    turn.el.dataset.steps = String(turn.shownSteps);
-    if (turn.el.dataset.state === "pending") turn.el.dataset.state = "thinking";
-  }
-
-  private onToolRequest(b: Body): void {
-    const turn = this.turnFor(str(b, "previousId", "messageId"));
-    const id = str(b, "id");
-    if (!turn || !id) return;
-    this.byRequest.set(id, turn.userId);
-    const li = el("li", "tool");
-    li.dataset.requestId = id;
-    li.append(
-      el("span", "tool-name", `⚙ ${str(b, "toolName") ?? "tool"}`),
-      el("span", "tool-args", ` ${short(b.parameters)} `),
-      el("span", "tool-exec", `[${str(b, "execution") ?? "?"}]`),
-      el("span", "tool-result", " …"),
-    );
-    turn.steps.append(li);
-  }
-
-  private onToolResult(b: Body): void {
-    const reqId = str(b, "requestId");
-    const turn = this.turns.get(this.byRequest.get(reqId ?? "") ?? "");
-    const li = turn?.steps.querySelector<HTMLElement>(`li.tool[data-request-id="${CSS.escape(reqId ?? "")}"]`);
-    const out = li?.querySelector(".tool-result");
-    if (!out || !li) return;
-    if (b.success === true) {
-      out.textContent = ` → ${short(b.result ?? b.data)}`;
+    if (env.type === MessageType.Configuration) {
+      const w = this.configWaiter;
+      this.configWaiter = undefined;
+      w?.(b);
+    } else if (env.type === MessageType.ErrorMessage) {
+      this.onError(b);
     } else {
-      li.classList.add("failed");
-      out.textContent = ` → failed: ${str(b, "errorMessage", "error", "errorCode") ?? "error"}`;
+      this.turns.handle(env);
     }
-  }
-
-  private onSentence(b: Body): void {
-    const prev = str(b, "previousId") ?? "";
-    const turn = this.turns.get(this.byAnswer.get(prev) ?? "");
-    const seq = num(b, "sequence");
-    if (!turn || turn.done || seq === undefined || turn.sentences.has(seq)) return;
-    const sentenceId = str(b, "id");
-    if (sentenceId) this.byAnswer.set(sentenceId, turn.userId); // servers that chain sentences
-    turn.sentences.set(seq, (str(b, "text") ?? "").trim());
-    turn.answer.textContent = [...turn.sentences.entries()]
-      .sort((x, y) => x[0] - y[0])
-      .map(([, t]) => t)
-      .filter((t) => t)
-      .join(" ");
-    if (b.isFinal === true) this.finish(turn, "done");
   }
 
   private onError(b: Body): void {
     const origin = str(b, "originatingId");
     if (origin && this.resent.delete(origin)) return; // complaint about our own repeat
     const text = `error ${num(b, "code") ?? "?"}: ${str(b, "message", "content") ?? ""}`;
-    const turn = this.lookup(origin);
-    if (turn) {
-      turn.el.append(el("div", "error", text));
-      if (!turn.done) this.finish(turn, "error");
-      return;
-    }
+    if (this.turns.turnError(origin, text)) return;
     if (this.configWaiter) {
       const w = this.configWaiter;
       this.configWaiter = undefined;
@@ -447,52 +418,6 @@ class DebugClient {
     this.log.append(el("div", "error", text));
   }
 
-  private finish(turn: TurnView, state: string): void {
-    turn.done = true;
-    turn.el.dataset.state = state;
-    if (turn.shownSteps === 0 && turn.hiddenSteps === 0) {
-      turn.count.textContent = this.showReasoning ? "no reasoning steps" : "reasoning hidden";
-    }
-  }
-
-  private addTurn(userId: string, text: string, own = true): void {
-    const article = el("article", "turn");
-    article.dataset.userId = userId;
-    article.dataset.state = "pending";
-    article.dataset.steps = "0";
-    article.dataset.own = own ? "yes" : "no";
-    const user = el("div", "user");
-    user.append(el("span", "who", own ? "you" : "someone else"), el("span", "text", text));
-    const thinking = el("details", "thinking");
-    thinking.open = this.showReasoning;
-    const summary = el("summary", undefined, "Thinking · ");
-    const count = el("span", "count", this.showReasoning ? "0 steps" : "reasoning hidden");
-    summary.append(count);
-    const steps = el("ol", "steps");
-    thinking.append(summary, steps);
-    const answer = el("div", "answer");
-    article.append(user, thinking, answer);
-    this.log.append(article);
-    article.scrollIntoView({ block: "end" });
-    this.turns.set(userId, {
-      userId,
-      el: article,
-      steps,
-      count,
-      answer,
-      stepIds: new Set(),
-      sentences: new Map(),
-      shownSteps: 0,
-      hiddenSteps: 0,
-      done: false,
-      own,
-    });
-    while (this.turns.size > MAX_TURNS) {
-      const oldest = this.turns.keys().next().value as string;
-      this.turns.get(oldest)?.el.remove();
-      this.turns.delete(oldest);
-    }
-  }
 }
 
 function main(): void {
@@ -535,7 +460,7 @@ function main(): void {
     const text = input.value.trim();
     if (!text || input.disabled) return;
     input.value = "";
-    void client.ask(text);
+    client.ask(text).catch((err: unknown) => client.setState("error", `error: ${String(err)}`));
   });
   toggle.addEventListener("change", () => {
     toggle.disabled = true;
