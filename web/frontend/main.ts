@@ -256,6 +256,8 @@ class DebugClient {
   // --- receiving -------------------------------------------------------------------
 
   private onParticipant(p: Participant): void {
+    this.trust.joined(p);
+    this.checkAgent(); // a newcomer may have taken the agent's identity
     if (this.trust.offer(p, this.room.remoteParticipants)) this.adopted();
   }
 
