@@ -22,7 +22,7 @@ from typing import Final, Literal
 
 from alicia.agent.llm.providers import PROFILES
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "load"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "WatchSettings", "load"]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are Alicia, a helpful voice assistant. Think step by step, use the tools when "
@@ -164,6 +164,19 @@ class Settings:
     so a burst can find it full early; ``ALICIA_LOAD_THRESHOLD=inf`` avoids that."""
     agent_name: str = ""
     """``ALICIA_AGENT_NAME`` (default empty = automatic dispatch to every new room)."""
+    failover: bool = False
+    """``ALICIA_FAILOVER`` (default false): rooms can be taken over by another worker when
+    this one dies (needs ``DATABASE_URL`` and ``ALICIA_AGENT_NAME``; run
+    ``python -m alicia.agent.watch`` next to the workers). Every envelope is stored (and
+    logged as sent) before it leaves, each room's agent holds a lease its worker renews,
+    and an agent joining a room restores the conversation from storage."""
+    heartbeat_interval_s: float = 0.5
+    """``ALICIA_HEARTBEAT_INTERVAL`` (default 0.5): seconds between lease renewals."""
+    heartbeat_timeout_s: float = 2.0
+    """``ALICIA_HEARTBEAT_TIMEOUT`` (default 2): a lease not renewed for this long is dead."""
+    drain_turn_timeout_s: float = 30.0
+    """``ALICIA_DRAIN_TURN_TIMEOUT`` (default 30): on SIGTERM, seconds running turns get to
+    finish before the worker leaves its rooms (to the watcher)."""
     http_port: int = 0
     """``ALICIA_HTTP_PORT`` (default 0 = any free port): the worker's health-check HTTP port."""
     replay_keep: int = 200
@@ -248,6 +261,10 @@ class Settings:
             native_logs="capture" if native_logs == "capture" else "stderr",
             max_rooms=r.optional_integer("ALICIA_MAX_ROOMS", low=1),
             agent_name=r.text("ALICIA_AGENT_NAME", ""),
+            failover=r.flag("ALICIA_FAILOVER", False),
+            heartbeat_interval_s=r.number("ALICIA_HEARTBEAT_INTERVAL", 0.5, low=0.05),
+            heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 2.0, low=0.1),
+            drain_turn_timeout_s=r.number("ALICIA_DRAIN_TURN_TIMEOUT", 30.0, low=0.0),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
             replay_max_bytes=r.integer("ALICIA_REPLAY_MAX_BYTES", 65536, low=1),
@@ -258,7 +275,61 @@ class Settings:
             agui_port=r.integer("ALICIA_AGUI_PORT", 8090, low=0),
             agui_max_runs=r.integer("ALICIA_AGUI_MAX_RUNS", 64, low=1),
         )
+        if settings.failover and not (settings.database_url and settings.agent_name):
+            raise SettingsError("ALICIA_FAILOVER needs DATABASE_URL and ALICIA_AGENT_NAME")
         return settings
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchSettings:
+    """What the failover watcher (``python -m alicia.agent.watch``) is told from outside."""
+
+    livekit_url: str
+    """``LIVEKIT_URL`` (required): the LiveKit server whose rooms it watches."""
+    livekit_api_key: str = field(repr=False)
+    """``LIVEKIT_API_KEY`` (required): also checks the webhooks' signatures."""
+    livekit_api_secret: str = field(repr=False)
+    """``LIVEKIT_API_SECRET`` (required)."""
+    database_url: str = field(repr=False)
+    """``DATABASE_URL`` (required): the workers' storage, where their leases are."""
+    agent_name: str
+    """``ALICIA_AGENT_NAME`` (required): the agent name the workers register under."""
+    host: str = "127.0.0.1"
+    """``ALICIA_WATCH_HOST`` (default ``127.0.0.1``): where webhooks are received."""
+    port: int = 8091
+    """``ALICIA_WATCH_PORT`` (default 8091): the webhook port (livekit-server's
+    ``webhook.urls``: ``http://HOST:PORT/webhook``)."""
+    poll_s: float = 5.0
+    """``ALICIA_WATCH_POLL`` (default 5): seconds between two looks at every room
+    (RoomService), the fallback when a webhook is lost."""
+    heartbeat_timeout_s: float = 2.0
+    """``ALICIA_HEARTBEAT_TIMEOUT`` (default 2): a lease not renewed for this long is dead
+    (the workers' setting)."""
+    dispatch_grace_s: float = 10.0
+    """``ALICIA_DISPATCH_GRACE`` (default 10): seconds a dispatched agent gets to join and
+    claim its room before the room is dispatched again."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WatchSettings:
+        """Build the watcher's settings from ``env``."""
+        r = _Reader(env)
+        return cls(
+            livekit_url=r.required("LIVEKIT_URL"),
+            livekit_api_key=r.required("LIVEKIT_API_KEY"),
+            livekit_api_secret=r.required("LIVEKIT_API_SECRET"),
+            database_url=r.required("DATABASE_URL"),
+            agent_name=r.required("ALICIA_AGENT_NAME"),
+            host=r.text("ALICIA_WATCH_HOST", "127.0.0.1"),
+            port=r.integer("ALICIA_WATCH_PORT", 8091, low=0),
+            poll_s=r.number("ALICIA_WATCH_POLL", 5.0, low=0.1),
+            heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 2.0, low=0.1),
+            dispatch_grace_s=r.number("ALICIA_DISPATCH_GRACE", 10.0, low=0.5),
+        )
+
+    @classmethod
+    def load(cls) -> WatchSettings:
+        """The watcher's settings from ``os.environ``."""
+        return cls.from_env(os.environ)
 
 
 def _provider(value: str | None) -> str | None:

@@ -7,6 +7,7 @@ so both front ends open them the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
@@ -23,15 +24,21 @@ __all__ = ["open_keys", "open_llm", "open_sink"]
 logger = logging.getLogger("alicia.worker")
 
 
-async def open_sink(url: str | None, *, close_timeout_s: float = 10.0) -> StepSink:
-    """The storage sink for ``url`` (None: persistence off)."""
+async def open_sink(
+    url: str | None, *, close_timeout_s: float = 10.0, linger_s: float | None = None
+) -> StepSink:
+    """The storage sink for ``url`` (None: persistence off); ``linger_s``: how long a
+    batch waits to fill (0 for failover, where every envelope is stored before it leaves)."""
     if not url:
         return NullSink()
     # SQLAlchemy only when storing.
     from alicia.agent.storage.writer import WriterOptions
     from alicia.agent.storage.writer import open_sink as open_storage
 
-    return await open_storage(url, WriterOptions(close_timeout_s=close_timeout_s))
+    options = WriterOptions(close_timeout_s=close_timeout_s)
+    if linger_s is not None:
+        options = dataclasses.replace(options, linger_s=linger_s)
+    return await open_storage(url, options)
 
 
 def open_keys(settings: Settings) -> KeyStore | None:

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -33,13 +34,16 @@ def livekit_binary() -> Path:
 class LiveKitServer:
     """A livekit-server process bound to 127.0.0.1 (dev keys, loopback ICE candidates)."""
 
-    def __init__(self, *, log_level: str = "warn") -> None:
+    def __init__(self, *, log_level: str = "warn", webhooks: Sequence[str] = ()) -> None:
+        """``webhooks``: URLs livekit-server posts its webhook events to (signed with the
+        dev key)."""
         self.port = free_port()
         self.tcp_port = free_port()
         self.udp_start = free_udp_range(64)
         self.api_key = DEV_API_KEY
         self.api_secret = DEV_API_SECRET
         self._log_level = log_level
+        self.webhooks = tuple(webhooks)
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -60,7 +64,11 @@ class LiveKitServer:
         text = text.replace("tcp_port: 7881", f"tcp_port: {self.tcp_port}")
         text = text.replace("port_range_start: 50000", f"port_range_start: {self.udp_start}")
         text = text.replace("port_range_end: 50100", f"port_range_end: {self.udp_start + 63}")
-        return text.replace("level: warn", f"level: {self._log_level}")
+        text = text.replace("level: warn", f"level: {self._log_level}")
+        if self.webhooks:
+            urls = "".join(f"    - {url}\n" for url in self.webhooks)
+            text += f"webhook:\n  api_key: {self.api_key}\n  urls:\n{urls}"
+        return text
 
     def start(self, timeout: float = 30.0) -> LiveKitServer:
         """Start the server and wait until its HTTP endpoint answers."""

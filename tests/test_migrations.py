@@ -132,12 +132,12 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
     assert await schema(empty_url) == {
         "tables": set(TABLE_NAMES),
         "views": VIEWS,
-        "version": "0004",
+        "version": "0005",
     }
     await migrate(empty_url, "base", downgrade=True)
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)  # and back up again
-    assert (await schema(empty_url))["version"] == "0004"
+    assert (await schema(empty_url))["version"] == "0005"
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(
@@ -147,10 +147,12 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     await populate(empty_url, tmp_path)
     before = await counts(empty_url)
     assert before == {
+        "alicia_agents": 0,
         "alicia_conversation_keys": 0,
         "alicia_conversations": 1,
         "alicia_messages": 2,
         "alicia_reasoning_steps": 1,
+        "alicia_sent_log": 0,
         "alicia_sentences": 0,
         "alicia_tool_uses": 1,
     }
@@ -158,13 +160,14 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     assert (view["answers"], view["steps"]) == (1, 1)
 
     await migrate(empty_url, "0001", downgrade=True)  # views and keys go, data stays
+    later = {"alicia_conversation_keys", "alicia_sent_log", "alicia_agents"}
     assert await schema(empty_url) == {
-        "tables": set(TABLE_NAMES) - {"alicia_conversation_keys"},
+        "tables": set(TABLE_NAMES) - later,
         "views": set(),
         "version": "0001",
     }
-    assert await counts(empty_url, without={"alicia_conversation_keys"}) == {
-        t: n for t, n in before.items() if t != "alicia_conversation_keys"
+    assert await counts(empty_url, without=later) == {
+        t: n for t, n in before.items() if t not in later
     }
     await migrate(empty_url)
     assert (await schema(empty_url))["views"] == VIEWS
@@ -176,6 +179,8 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     assert await counts(empty_url) == dict.fromkeys(before, 0)
 
 
+LATER = {"alicia_sent_log", "alicia_agents"}
+"""Tables of migrations after 0004."""
 USAGE_COLUMNS = ["prompt_tokens", "completion_tokens", "reasoning_tokens", "first_reasoning_ms"]
 
 
@@ -194,7 +199,7 @@ async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Pat
     before_daily = await columns(empty_url, "alicia_model_daily")
     assert not set(USAGE_COLUMNS) & set(await columns(empty_url, "alicia_messages"))
 
-    await migrate(empty_url)  # 0003 -> 0004
+    await migrate(empty_url, "0004")  # 0003 -> 0004
     assert (await columns(empty_url, "alicia_messages"))[-4:] == USAGE_COLUMNS
     # The views keep their columns, in order, with the figures appended.
     assert await columns(empty_url, "alicia_answer_reasoning") == [*before_answers, *USAGE_COLUMNS]
@@ -236,18 +241,18 @@ async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Pat
         5,
         10,
     )
-    before = await counts(empty_url)
+    before = await counts(empty_url, without=LATER)
 
     await migrate(empty_url, "0003", downgrade=True)  # columns go, rows and 0002 views stay
     assert await schema(empty_url) == {
-        "tables": set(TABLE_NAMES),
+        "tables": set(TABLE_NAMES) - {"alicia_sent_log", "alicia_agents"},
         "views": VIEWS,
         "version": "0003",
     }
     assert not set(USAGE_COLUMNS) & set(await columns(empty_url, "alicia_messages"))
     assert await columns(empty_url, "alicia_answer_reasoning") == before_answers
     assert await columns(empty_url, "alicia_model_daily") == before_daily
-    assert await counts(empty_url) == before
+    assert await counts(empty_url, without=LATER) == before
     [day] = await fetch(empty_url, "SELECT answers, steps FROM alicia_model_daily")
     assert (day["answers"], day["steps"]) == (1, 1)
 
@@ -258,7 +263,7 @@ async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Pat
         "FROM alicia_messages WHERE id = 'msg_a'",
     )
     assert row == dict.fromkeys(USAGE_COLUMNS)
-    assert await counts(empty_url) == before
+    assert await counts(empty_url, without=LATER) == before
 
 
 async def test_models_match_the_migrations(empty_url: str) -> None:
@@ -319,7 +324,7 @@ def test_alembic_command_line_upgrades_and_downgrades(tmp_path: Path) -> None:
 
     upgraded = alembic("upgrade", "head")
     assert "0001 -> 0002" in upgraded and "0003 -> 0004" in upgraded
-    assert "0004 (head)" in alembic("current")
+    assert "0005 (head)" in alembic("current")
     assert "0001 -> , " in alembic("downgrade", "base")
     sql = alembic("upgrade", "head", "--sql")  # offline mode renders the DDL
     assert "CREATE TABLE alicia_reasoning_steps" in sql and "CREATE VIEW alicia_model_daily" in sql

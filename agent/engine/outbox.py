@@ -5,6 +5,12 @@
 recipients, reasoning level) for replay on resume (PROTOCOL.md §4.9), and sends it over
 the :class:`~alicia.agent.engine.transport.Transport`. One lock orders it all, so stanza ids
 leave in the order they were given.
+
+With failover on (:attr:`Outbox.store` set), every envelope is also logged as sent (its
+bytes, recipients and level, in the stored copy's ``alicia.sent`` meta; a plaintext step
+under zero data retention only sealed) and is stored before it is transmitted, so whatever
+a client received is in the database for the agent that takes the room over: it numbers
+on after the last logged stanza and replays from the log.
 """
 
 from __future__ import annotations
@@ -13,22 +19,30 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from alicia.protocol import Body, StanzaCounter, encode, envelope
+import msgspec
+
+from alicia.protocol import Body, Envelope, StanzaCounter, encode, envelope
 from alicia.protocol.errors import EncodeError
 
 from .participants import InvalidState, Visibility
-from .sink import StepSink
+from .sink import META_SENT, ConversationStore, StepSink
 from .transport import Transport, TransportError
 
-__all__ = ["MAX_REPLAY_GAP", "Outbox", "ReplayGap"]
+__all__ = ["MAX_REPLAY_GAP", "Outbox", "ReplayBudget", "ReplayGap"]
 
 logger = logging.getLogger("alicia.conversation")
 
 MAX_REPLAY_GAP: Final = 1000
 """Server envelopes a resuming client may have missed at most."""
+DURABLE_TIMEOUT_S: Final = 2.0
+"""Longest wait for storage before an envelope leaves anyway (the database is down:
+the conversation goes on; a takeover may then miss what was not stored)."""
+DURABLE_PAUSE_S: Final = 5.0
+"""After such a timeout, envelopes leave without waiting for this long (no stall per
+envelope while the database is away)."""
 
 
 class ReplayGap(InvalidState):
@@ -67,12 +81,24 @@ class Outbox:
         self._kept: deque[_Kept] = deque(maxlen=keep)
         self._evicted = 0
         """|stanzaId| of the newest envelope pushed out of ``_kept`` (0: none yet)."""
+        self.store: ConversationStore | None = None
+        """Failover: log every envelope as sent and store it before it leaves."""
+        self._unstored_until = 0.0
+        """Loop time until which envelopes leave without waiting for storage."""
+        self.zdr = False
+        """Zero data retention: plaintext reasoning is logged only sealed (:attr:`seal_sent`)."""
+        self.seal_sent: Callable[[bytes], str] | None = None
+        """How a plaintext step's logged bytes are sealed (no key: it is not logged)."""
 
     def continue_after(self, last: int) -> None:
-        """Number from ``|last| + 1`` on (a conversation stored before; before any send)."""
+        """Number from ``|last| + 1`` on (a conversation stored before; before any send).
+
+        Everything up to ``last`` counts as no longer kept in memory: a resume that
+        needs it is served from storage."""
         if self._stanza.last:
             raise RuntimeError("the outbox has numbered envelopes already")
         self._stanza = StanzaCounter("server", last=-abs(last))
+        self._evicted = abs(last)
 
     @property
     def last(self) -> int:
@@ -116,7 +142,17 @@ class Outbox:
         """:meth:`send` with :attr:`lock` already held."""
         cid = self.conversation_id
         env = envelope(body, stanza_id=self._stanza.next(), conversation_id=cid, meta=meta)
-        if store:
+        addressed = bool(to) or everyone
+        data: bytes | None = None
+        if addressed or self.store is not None:
+            try:
+                data = encode(env)
+            except EncodeError:
+                logger.exception("envelope not encodable", extra={"type": env.type})
+        if self.store is not None and data is not None:
+            self._log(env, data, None if everyone else tuple(to), level, store, store_meta)
+            await self._stored()
+        elif store:
             if store_meta:
                 stored_meta = {**(meta or {}), **store_meta}
                 self.sink.submit(
@@ -124,12 +160,7 @@ class Outbox:
                 )
             else:
                 self.sink.submit(env)
-        if not to and not everyone:
-            return
-        try:
-            data = encode(env)
-        except EncodeError:
-            logger.exception("envelope not encodable", extra={"type": env.type})
+        if not addressed or data is None:
             return
         kept = _Kept(-env.stanza_id, data, None if everyone else tuple(to), level)
         if len(self._kept) == self._kept.maxlen:
@@ -138,6 +169,47 @@ class Outbox:
         if to:
             await self.transmit(data, to, env.type)
 
+    def _log(
+        self,
+        env: Envelope[Any],
+        data: bytes,
+        to: tuple[str, ...] | None,
+        level: Visibility | None,
+        rows: bool,
+        store_meta: dict[str, Any] | None,
+    ) -> None:
+        """Hand ``env`` to storage with how it was sent (the sent log)."""
+        sent: dict[str, Any] = {
+            "to": None if to is None else list(to),
+            "level": level,
+            "rows": rows,
+        }
+        body = env.body
+        if level == "full" and not rows:  # a plaintext step kept out of the tables (ZDR)
+            if self.seal_sent is None:
+                return
+            sent["sealed"] = self.seal_sent(data)
+            body = msgspec.structs.replace(body, content="")
+        else:
+            sent["data"] = data
+        meta = {**(env.meta or {}), **(store_meta or {}), META_SENT: sent}
+        self.sink.submit(
+            envelope(body, stanza_id=env.stanza_id, conversation_id=env.conversation_id, meta=meta)
+        )
+
+    async def _stored(self) -> None:
+        """Wait (bounded) until storage holds everything handed to it so far."""
+        assert self.store is not None
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._unstored_until:
+            return
+        try:
+            async with asyncio.timeout(DURABLE_TIMEOUT_S):
+                await self.store.durable()
+        except Exception as exc:  # the database is away: the conversation goes on
+            self._unstored_until = loop.time() + DURABLE_PAUSE_S
+            logger.warning("sent before it was stored", extra={"error": repr(exc)})
+
     async def transmit(self, data: bytes, to: Sequence[str], what: object) -> None:
         """Send encoded bytes as they are (a failed send is logged, never raised)."""
         try:
@@ -145,13 +217,31 @@ class Outbox:
         except TransportError as exc:
             logger.warning("send failed", extra={"type": what, "error": str(exc)})
 
+    def covers(self, seen: int) -> bool:
+        """Everything after ``seen`` is still kept in memory."""
+        return self._evicted <= seen
+
     def replay(
-        self, seen: int, identity: str, level: Visibility | None, *, max_bytes: int
+        self,
+        seen: int,
+        identity: str,
+        level: Visibility | None,
+        *,
+        max_bytes: int,
+        kept_only: bool = False,
     ) -> list[bytes]:
         """The kept envelopes after ``seen`` addressed to ``identity`` (steps only of its
-        ``level``); raises :class:`ReplayGap` when they cannot all be replayed. Call with
-        :attr:`lock` held."""
+        ``level``); raises :class:`ReplayGap` when they cannot all be replayed
+        (``kept_only``: whatever is kept, no checks). Call with :attr:`lock` held."""
         last = self.last
+        if kept_only:
+            return [
+                k.data
+                for k in self._kept
+                if k.seq > seen
+                and (k.to is None or identity in k.to)
+                and (k.level is None or k.level == level)
+            ]
         if seen > last:
             raise ReplayGap(f"server message {seen} was never sent here (last is {last})")
         if self._evicted > seen or last - seen > MAX_REPLAY_GAP:

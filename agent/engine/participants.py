@@ -16,6 +16,7 @@ Errors the worker reports to a client, on top of ``alicia.protocol.errors``::
     ├── DuplicateId              an incoming id the conversation already has (204)
     ├── Overloaded               queue full or flood (504, warning, recoverable)
     ├── LLMUnavailable           the LLM endpoint failed (503)
+    ├── TurnCut                  the agent was replaced mid-turn: regenerate (503)
     └── InternalError            something unexpected failed inside the worker (501)
 """
 
@@ -56,6 +57,7 @@ __all__ = [
     "PacketTooLarge",
     "Participant",
     "TokenBucket",
+    "TurnCut",
     "TurnRequest",
     "Visibility",
     "WrongConversation",
@@ -86,6 +88,14 @@ def visibility_of(value: str | None, default: Visibility) -> Visibility:
     """A grant's level; ``default`` when absent or not a level (never more than asked)."""
     level = (value or "").strip().lower()
     return level if level in VISIBILITY_LEVELS else default
+
+
+class TurnCut(ProtocolError):
+    """The agent that ran a turn was replaced before it finished (failover): the answer
+    is partial; regenerating the user message gives a whole one."""
+
+    code = ErrorCode.SERVICE_UNAVAILABLE
+    severity = Severity.WARNING
 
 
 class PacketTooLarge(DecodeError):
@@ -208,6 +218,9 @@ class Participant:
     """Who the front end says this is (kind, attributes, permissions)."""
     resumes: TokenBucket | None = None
     """Resume Configurations this participant may still ask for (replay budget)."""
+    resumed_to: int = 0
+    """``|stanzaId|`` up to which a resume gave this participant everything addressed to
+    it: a repeated resume replays only what came after (the link is reliable)."""
     default_visibility: Visibility = "none"
     """The deployment's level for participants without a grant."""
     pending_edit: str | None = None

@@ -52,6 +52,8 @@ class TurnRunner:
         self._options = TurnOptions.from_settings(session.settings)
         self._clock = clock or session.clock
         self._runners: dict[str, asyncio.Task[None]] = {}
+        self.draining = False
+        """The worker is stopping: new turns are refused (recoverable 504), running ones end."""
         session.attach(self)
 
     # -- TurnSource -----------------------------------------------------------------
@@ -67,7 +69,9 @@ class TurnRunner:
         return False
 
     async def submit(self, p: Participant, request: TurnRequest) -> None:
-        """Queue ``request`` on ``p``'s runner (504 if its queue is full)."""
+        """Queue ``request`` on ``p``'s runner (504 if its queue is full or draining)."""
+        if self.draining:
+            raise Overloaded("the agent is moving to another worker: send it again shortly")
         try:
             p.queue.put_nowait(request)
         except asyncio.QueueFull:
@@ -98,6 +102,19 @@ class TurnRunner:
         task = self._runners.get(identity)
         if not running and task is not None:
             task.cancel()
+
+    async def settle(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Refuse new turns and wait (at most ``timeout`` s) until no turn runs or waits;
+        True if they all finished."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        session = self._session
+        while session.turns or any(not p.queue.empty() for p in session.participants.values()):
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     async def aclose(self) -> None:
         """Cancel every runner and wait for them."""

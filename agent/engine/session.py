@@ -25,10 +25,10 @@ Every sent envelope is stored (:class:`~alicia.agent.engine.outbox.Outbox`); of 
 send, only accepted UserMessages (and the ControlStops that stopped a turn) are. A client
 that resumes (Configuration naming this conversation with ``lastSequenceSeen`` L > 0,
 PROTOCOL.md §4.9) gets an Acknowledgement of L, the Configuration, then every kept
-envelope addressed to it after L, unchanged; a gap the outbox no longer covers (or an L
-this worker never sent) is answered with ErrorMessage 202.
-
-This module knows nothing of LiveKit; front ends hand it a Transport.
+envelope addressed to it after L, unchanged; a gap the outbox no longer covers is served
+from storage with failover on (:mod:`.takeover`, which also restores a conversation an
+agent takes over), else (or for an L never sent) answered with ErrorMessage 202. This
+module knows nothing of LiveKit; front ends hand it a Transport.
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ from .participants import (
 )
 from .projection import TurnProjection
 from .sealing import DataKeys, ReasoningSealer
-from .sink import StepSink
+from .sink import META_FROM, ConversationStore, StepSink
 from .source import TurnSource
+from .takeover import replay_stored, restore, seal_for
 from .transport import Left, Packet, Peer, Transport
 from .turn import Exchange
 
@@ -97,16 +98,9 @@ _KEY_TIMEOUT_S: Final = 5.0
 _KNOWN_IDS: Final = 10_000
 """Message ids remembered per conversation to refuse reuse (oldest forgotten first)."""
 _FROM_CLIENTS: Final = (
-    Configuration,
-    UserMessage,
-    ControlStop,
-    ControlVariation,
-    Commentary,
-    Acknowledgement,
-    _AudioChunk,
-    ErrorMessage,
-    UnknownBody,
-)
+    Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
+    _AudioChunk, ErrorMessage, UnknownBody,
+)  # fmt: skip
 """Body types a client may send (PROTOCOL.md §3: C→S or both). Everything else is
 server-only here: refused, counted, never stored. ToolUseResult counts as server-only
 because this worker delegates no tool to clients; an ErrorMessage from a client is
@@ -127,10 +121,8 @@ class ProtocolSession:
         llm: openai.AsyncOpenAI | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Wire the parts; nothing runs until :meth:`run` (after :meth:`attach`).
-
-        ``llm`` serves the summarizer model (``ALICIA_SUMMARY_MODEL``), if one is set.
-        """
+        """Wire the parts; nothing runs until :meth:`run` (after :meth:`attach`). ``llm``
+        serves the summarizer model (``ALICIA_SUMMARY_MODEL``); failover stores via ``sink``."""
         self.id = conversation_id
         self.settings = settings
         self.llm = llm
@@ -138,6 +130,9 @@ class ProtocolSession:
         self.outbox = Outbox(
             conversation_id, transport=transport, sink=sink, keep=settings.replay_keep
         )
+        if settings.failover and isinstance(sink, ConversationStore):
+            self.outbox.store = sink
+            self.outbox.zdr = settings.zdr
         self._transport = transport
         master = settings.reasoning_keys
         self.sealer: ReasoningSealer | None = ReasoningSealer(master) if master else None
@@ -187,6 +182,7 @@ class ProtocolSession:
         """Serve the room until the transport ends, then stop every task."""
         try:
             await self.load_data_key()
+            await restore(self)
             async for item in self._transport:
                 if isinstance(item, Left):
                     self.forget(item.identity)
@@ -231,6 +227,7 @@ class ProtocolSession:
             return
         self.data_sealer = ReasoningSealer([(f"data:{self.id}", key)])
         self.sealer = self.data_sealer
+        seal_for(self)
 
     # -- for turn sources -----------------------------------------------------------
 
@@ -328,9 +325,7 @@ class ProtocolSession:
                 reasoning.append(Feature.REASONING_ENCRYPTED)
         elif level == "encrypted" and sealing:
             reasoning = [Feature.REASONING_ENCRYPTED]
-        rest = [Feature.STREAMING]
-        if self.source.tool_use:
-            rest.append(Feature.TOOL_USE)
+        rest = [Feature.STREAMING, *([Feature.TOOL_USE] if self.source.tool_use else [])]
         return [str(f) for f in (*reasoning, *rest)]
 
     def _refuse(self, reason: str, sender: str, **extra: object) -> None:
@@ -387,8 +382,8 @@ class ProtocolSession:
 
     def _ours(self, env: Envelope[Any]) -> bool:
         """The envelope (and its body) name this conversation, or none at all."""
-        body_cid = getattr(env.body, "conversation_id", None)
-        return env.conversation_id in ("", self.id) and body_cid in (None, "", self.id)
+        cid = getattr(env.body, "conversation_id", None)
+        return env.conversation_id in ("", self.id) and cid in (None, "", self.id)
 
     async def _dispatch(self, p: Participant, env: Envelope[Any]) -> None:
         body = env.body
@@ -429,7 +424,7 @@ class ProtocolSession:
             )
         p.apply_features(body.features)
         reply = Configuration(conversation_id=self.id, features=self._features_for(p))
-        seen = abs(body.last_sequence_seen or 0)
+        seen = max(abs(body.last_sequence_seen), p.resumed_to) if body.last_sequence_seen else 0
         if body.conversation_id != self.id or seen == 0:
             p.configured = True
             await self.outbox.send(reply, [p.identity])
@@ -439,14 +434,17 @@ class ProtocolSession:
             raise Overloaded("too many resume requests: slow down")
         out = self.outbox
         async with out.lock:  # nothing else goes out between the replies and the replay
+            budget = self.settings.replay_max_bytes
             try:
-                replay = out.replay(
-                    seen, p.identity, p.step_level, max_bytes=self.settings.replay_max_bytes
-                )
+                if out.store is not None and not out.covers(seen):
+                    replay = await replay_stored(self, seen, p, max_bytes=budget)
+                else:
+                    replay = out.replay(seen, p.identity, p.step_level, max_bytes=budget)
             except ReplayBudget:
                 self._refuse("replay_budget", p.identity)
                 raise
             p.configured = True
+            p.resumed_to = out.last
             ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
             await out.emit(ack, [p.identity], None)
             await out.emit(reply, [p.identity], None)
@@ -470,7 +468,10 @@ class ProtocolSession:
         request = TurnRequest(body.id, body.content, owner or p.identity, replaces=replaces)
         await self.source.submit(p, request)
         self.remember(body.id)
-        self.sink.submit(env)  # an accepted user message: the only client input stored
+        # An accepted user message: the only client input stored, with who sent it.
+        self.sink.submit(
+            msgspec.structs.replace(env, meta={**(env.meta or {}), META_FROM: p.identity})
+        )
 
     async def _on_stop(self, p: Participant, body: ControlStop, stanza_id: int) -> None:
         kind = body.stop_type or "generation"
@@ -484,7 +485,8 @@ class ProtocolSession:
                 self._refuse("not_permitted", p.identity, action="stop")
                 raise NotPermitted(f"{body.target_id!r} is another participant's turn")
         if kind in ("speech", "all"):
-            speaking = self.turns[-1].request.requester if self.turns else self._last_owner()
+            last = self.history[-1].requester if self.history else None
+            speaking = self.turns[-1].request.requester if self.turns else last
             if self.may_act_for(p, speaking):
                 self.source.interrupt_speech()
         if kind in ("generation", "all") and turn is not None:
@@ -581,9 +583,6 @@ class ProtocolSession:
             if message_id in (ex.user_id, ex.answer_id):
                 return ex.requester
         return None
-
-    def _last_owner(self) -> str | None:
-        return self.history[-1].requester if self.history else None
 
     def _user_text(self, user_id: str) -> str | None:
         for turn in self.turns:

@@ -8,16 +8,25 @@ when persistence is off (no ``DATABASE_URL``): nothing is written anywhere.
 
 from __future__ import annotations
 
-from typing import Any, Final, Protocol, runtime_checkable
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from alicia.protocol import Envelope
 
 __all__ = [
     "META_FIRST_REASONING_MS",
+    "META_FROM",
+    "META_SENT",
     "META_USAGE",
     "STORAGE_ONLY_META",
+    "ConversationStore",
     "NullSink",
+    "SentRecord",
     "StepSink",
+    "StoredConversation",
+    "StoredTurn",
+    "TurnState",
 ]
 
 META_USAGE: Final = "alicia.usage"
@@ -26,8 +35,77 @@ counts, ``{"promptTokens", "completionTokens", "reasoningTokens"}`` summed over 
 META_FIRST_REASONING_MS: Final = "alicia.firstReasoningMs"
 """Meta key of a stored AssistantMessage (never sent): milliseconds from the turn's first
 LLM request to its first reasoning text."""
-STORAGE_ONLY_META: Final = (META_USAGE, META_FIRST_REASONING_MS)
+META_FROM: Final = "alicia.from"
+"""Meta key of a stored UserMessage (never sent): the identity that sent it (its owner)."""
+META_SENT: Final = "alicia.sent"
+"""Meta key of a stored envelope (never sent), with failover on: how the envelope was
+sent, for the sent log: ``{"to": [identity, …] | None (everyone), "level": str | None,
+"data": bytes (as sent) | None, "sealed": str | None (those bytes sealed, under ZDR),
+"rows": bool (also stored as table rows)}``."""
+STORAGE_ONLY_META: Final = (META_USAGE, META_FIRST_REASONING_MS, META_FROM, META_SENT)
 """Meta keys that only the stored copy of an envelope carries."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentRecord:
+    """One logged server envelope: as sent, to whom, at which reasoning level."""
+
+    stanza: int
+    """``|stanzaId|``."""
+    to: tuple[str, ...] | None
+    """Recipients; None = every client in the room."""
+    level: str | None
+    """The reasoning level of a ReasoningStep rendition (None for other types)."""
+    data: bytes | None
+    """The envelope's bytes as sent (None when only ``sealed`` is kept)."""
+    sealed: str | None = None
+    """The bytes, base64 and sealed with the conversation's data key (zero data retention)."""
+
+
+TurnState = Literal["complete", "streaming", "missing", "failed"]
+"""What became of a stored turn's answer: finished; begun (StartAnswer) and cut; never
+begun; closed as partial."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTurn:
+    """One turn as storage holds it (for the agent that takes a conversation over)."""
+
+    user_id: str
+    user_text: str
+    requester: str | None
+    answer_id: str | None
+    answer_text: str
+    state: TurnState
+    sentences: int = 0
+    """The highest AssistantSentence ``sequence`` stored for the answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    """What a conversation left in storage."""
+
+    last_stanza: int
+    """``|stanzaId|`` of the last server envelope logged (0: none)."""
+    turns: Sequence[StoredTurn] = field(default_factory=tuple)
+    """Its last turns, oldest first."""
+
+
+@runtime_checkable
+class ConversationStore(Protocol):
+    """Storage an agent can take a conversation over from (failover)."""
+
+    async def durable(self) -> None:
+        """Return once everything submitted so far is stored."""
+        ...
+
+    async def load_conversation(self, conversation_id: str, *, limit: int) -> StoredConversation:
+        """The conversation's last logged stanza and its last ``limit`` turns."""
+        ...
+
+    async def sent_after(self, conversation_id: str, after: int, *, limit: int) -> list[SentRecord]:
+        """Logged server envelopes with ``|stanzaId| > after``, in order (at most ``limit``)."""
+        ...
 
 
 @runtime_checkable

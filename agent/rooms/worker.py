@@ -27,6 +27,7 @@ from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 
+from .failover import LeaseKeeper, lease_keeper, wait_draining, watch_drain
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
@@ -104,6 +105,8 @@ def build_server(settings: Settings) -> AgentServer:
     }
     # Logged once the command line has set logging up.
     server.on("worker_started", lambda: logger.info("llm provider profile", extra=chosen))
+    if settings.failover:
+        server.on("worker_started", lambda: watch_drain(server))
     return server
 
 
@@ -174,7 +177,25 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
     if settings.native_logs == "stderr":
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
-    sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
+    identity = room.local_participant.identity
+    keeper: LeaseKeeper | None = None
+    if settings.failover:
+        assert settings.database_url is not None  # checked by the settings
+        keeper = lease_keeper(
+            settings.database_url,
+            interval_s=settings.heartbeat_interval_s,
+            timeout_s=settings.heartbeat_timeout_s,
+        )
+        if not await keeper.hold(room.name, identity):
+            logger.warning(
+                "another live agent serves this room: leaving", extra={"room": room.name}
+            )
+            return
+    sink = await open_sink(
+        settings.database_url,
+        close_timeout_s=settings.storage_close_timeout_s,
+        linger_s=0.0 if settings.failover else None,
+    )
     keys = open_keys(settings)
     llm = open_llm(settings)
     try:
@@ -188,10 +209,37 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 tools=default_tools(),
                 keys=keys,
             )
-            await conversation.run()
+            if keeper is None:
+                await conversation.run()
+            else:
+                await _run_until_drained(conversation, transport, settings)
     finally:
+        if keeper is not None:
+            await keeper.release(room.name, identity)
         if keys is not None:
             await keys.aclose()
         await llm.close()
         await sink.aclose()
         logger.info("room left", extra={"room": room.name})
+
+
+async def _run_until_drained(
+    conversation: Conversation, transport: RoomTransport, settings: Settings
+) -> None:
+    """Serve until the room closes, or until the worker drains: then let running turns
+    finish (bounded) and leave, so the watcher gives the room to another worker."""
+    run = asyncio.create_task(conversation.run(), name="alicia-conversation")
+    drain = asyncio.create_task(wait_draining(), name="alicia-drain-wait")
+    try:
+        await asyncio.wait({run, drain}, return_when=asyncio.FIRST_COMPLETED)
+        if not run.done():
+            settled = await conversation.runner.settle(settings.drain_turn_timeout_s)
+            logger.info(
+                "leaving a drained room", extra={"room": conversation.id, "settled": settled}
+            )
+            await transport.aclose()
+            await run
+    finally:
+        for task in (run, drain):
+            task.cancel()
+        await asyncio.gather(run, drain, return_exceptions=True)

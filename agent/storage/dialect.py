@@ -23,6 +23,7 @@ from .rows import Rows, join_sentences
 from .tables import conversations as CONVERSATIONS
 from .tables import messages as MESSAGES
 from .tables import reasoning_steps as STEPS
+from .tables import sent_log as SENT_LOG
 from .tables import sentences as SENTENCES
 from .tables import tool_uses as TOOL_USES
 
@@ -108,6 +109,7 @@ class Dialect:
                 "sent_at": ex.sent_at,
                 "completed_at": func.coalesce(t.c.completed_at, ex.completed_at),
                 "placeholder": False,
+                "participant": ex.participant,
             },
             where=t.c.placeholder.is_(True),
         )
@@ -125,6 +127,7 @@ class Dialect:
                 or rows.stops
                 or rows.incomplete
                 or rows.figures
+                or rows.sent
             )
             and all(v[2] is None for v in rows.convs.values())
         )
@@ -164,6 +167,13 @@ class Dialect:
                     }
                     for cid, v in sorted(rows.convs.items())
                 ],
+            )
+        if rows.sent:
+            await conn.execute(
+                self.insert(SENT_LOG).on_conflict_do_nothing(
+                    index_elements=["conversation_id", "stanza"]
+                ),
+                rows.sent,
             )
         if rows.holders:
             holders = [rows.holders[k] for k in sorted(rows.holders)]

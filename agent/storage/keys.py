@@ -61,11 +61,11 @@ class KeyStore:
 
     async def _db(self) -> AsyncEngine:
         if self._engine is None:
-            if self._migrate:
-                from .writer import migrate
-
-                await migrate(self.url)
             self._engine = create_engine(self.url, pooled=False)
+            if self._migrate:
+                from .migrate import migrate_once
+
+                await migrate_once(self._engine)
         return self._engine
 
     async def data_key(self, conversation_id: str, *, create: bool = True) -> bytes | None:

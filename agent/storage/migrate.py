@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 from typing import Any, Final
 
@@ -10,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from .engine import create_engine
 from .errors import _mapped
 
-__all__ = ["MIGRATIONS_DIR", "migrate"]
+__all__ = ["MIGRATIONS_DIR", "migrate", "migrate_once"]
 
 MIGRATIONS_DIR: Final = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -48,3 +50,26 @@ async def migrate(
     finally:
         if isinstance(target, str):
             await engine.dispose()
+
+
+_MIGRATED: set[str] = set()
+"""Database URLs this process brought to ``head`` (writers, keys, leases: once each)."""
+_ONE_AT_A_TIME = threading.Lock()
+"""Alembic keeps its running context in module globals: one migration per process."""
+
+
+async def migrate_once(engine: AsyncEngine) -> None:
+    """``migrate(engine)`` unless this process already did it for the engine's database:
+    a worker opens a writer per room, and each would otherwise run Alembic again (and
+    Alembic cannot run twice at once in one process)."""
+    key = engine.url.render_as_string(hide_password=True)
+    while key not in _MIGRATED:
+        if not _ONE_AT_A_TIME.acquire(blocking=False):  # other loops may hold it too
+            await asyncio.sleep(0.01)
+            continue
+        try:
+            if key not in _MIGRATED:
+                await migrate(engine)
+                _MIGRATED.add(key)
+        finally:
+            _ONE_AT_A_TIME.release()

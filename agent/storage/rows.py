@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
-from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
+from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_FROM, META_SENT, META_USAGE
 from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
@@ -171,6 +171,8 @@ class Rows:
     """answer id -> its token usage / time to first reasoning (UPDATE parameters), from
     the meta of its AssistantMessage or (streamed) AssistantSentence; the first wins."""
     final_seen: set[str] = field(default_factory=set)
+    sent: list[dict[str, Any]] = field(default_factory=list)
+    """``alicia_sent_log`` rows (failover: envelopes as sent)."""
 
     def conv(self, cid: str) -> list[Any]:
         c = self.convs.get(cid)
@@ -211,6 +213,7 @@ class Rows:
         status: str,
         completed: dt.datetime | None,
         model: str | None,
+        participant: str | None = None,
     ) -> None:
         self.holder(mid, cid, role, at)
         if previous:
@@ -229,6 +232,7 @@ class Rows:
             "model": model,
             "sent_at": at,
             "completed_at": completed,
+            "participant": participant,
         }
 
 
@@ -252,6 +256,11 @@ def build_rows(items: Iterable[Item]) -> Rows:
             elif sid < 0 and (c[1] is None or sid < c[1]):
                 c[1] = sid
         at = dt.datetime.fromtimestamp(item.at, _UTC)
+        sent = env.meta.get(META_SENT) if env.meta else None
+        if isinstance(sent, dict) and cid_env:
+            rows.sent.append(_sent_row(cid_env, env.stanza_id, sent, at))
+            if not sent.get("rows", True):
+                continue  # another rendition of a stored envelope: the log only
         if kind is ReasoningStep:
             cid = body.conversation_id or cid_env
             rows.conv(cid)
@@ -280,6 +289,7 @@ def build_rows(items: Iterable[Item]) -> Rows:
                 status="completed",
                 completed=at,
                 model=None,
+                participant=_participant(env.meta),
             )
         elif kind is StartAnswer:
             rows.message(
@@ -365,3 +375,25 @@ def build_rows(items: Iterable[Item]) -> Rows:
             }
             rows.conv(cid_env)[2] = _json({k: v for k, v in prefs.items() if v is not None})
     return rows
+
+
+def _participant(meta: dict[str, Any] | None) -> str | None:
+    value = meta.get(META_FROM) if meta else None
+    return value if isinstance(value, str) else None
+
+
+def _sent_row(cid: str, stanza_id: int, sent: dict[str, Any], at: dt.datetime) -> dict[str, Any]:
+    """An ``alicia_sent_log`` row from a stored envelope's ``alicia.sent`` meta."""
+    to = sent.get("to")
+    data = sent.get("data")
+    sealed = sent.get("sealed")
+    level = sent.get("level")
+    return {
+        "conversation_id": cid,
+        "stanza": abs(stanza_id),
+        "recipients": [str(i) for i in to] if isinstance(to, list | tuple) else None,
+        "level": level if isinstance(level, str) else None,
+        "data": bytes(data) if isinstance(data, bytes | bytearray) else None,
+        "sealed": sealed if isinstance(sealed, str) else None,
+        "sent_at": at,
+    }

@@ -45,6 +45,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -58,6 +59,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "TABLE_NAMES",
+    "AgentLease",
     "Base",
     "CompletionStatus",
     "Conversation",
@@ -65,13 +67,16 @@ __all__ = [
     "Message",
     "MessageRole",
     "ReasoningStep",
+    "SentLog",
     "Sentence",
     "SyncStatus",
     "ToolStatus",
     "ToolUse",
+    "agent_leases",
     "conversations",
     "messages",
     "reasoning_steps",
+    "sent_log",
     "sentences",
     "tool_uses",
 ]
@@ -218,6 +223,8 @@ class Message(_Timestamps, Base):
     """Answers: reasoning tokens of the turn (part of ``completion_tokens``)."""
     first_reasoning_ms: Mapped[float | None] = mapped_column(Double)
     """Answers: ms from the turn's first LLM request to its first reasoning text."""
+    participant: Mapped[str | None]
+    """User messages: the identity that sent it (its owner), from storage-only meta."""
 
     __table_args__ = (
         Index("ix_alicia_messages_conversation_sequence", "conversation_id", "sequence_number"),
@@ -317,6 +324,39 @@ class ConversationKey(Base):
     erased_at: Mapped[dt.datetime | None]
 
 
+class SentLog(Base):
+    """Every envelope an agent sent, as sent (failover: replay and numbering go on)."""
+
+    __tablename__ = "alicia_sent_log"
+
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("alicia_conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    stanza: Mapped[int] = mapped_column(Integer, primary_key=True)
+    """``|stanzaId|``."""
+    recipients: Mapped[Any | None] = mapped_column(Json)
+    """Identities it went to; NULL = every client in the room."""
+    level: Mapped[str | None]
+    """Reasoning level of a ReasoningStep rendition."""
+    data: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """The bytes as sent (NULL when only ``sealed`` is kept)."""
+    sealed: Mapped[str | None]
+    """Under zero data retention, a plaintext step's bytes sealed with the data key."""
+    sent_at: Mapped[dt.datetime] = mapped_column(server_default=_now())
+
+
+class AgentLease(Base):
+    """Which agent serves which room, renewed by its worker (epoch seconds)."""
+
+    __tablename__ = "alicia_agents"
+
+    conversation_id: Mapped[str] = mapped_column(primary_key=True)
+    agent_identity: Mapped[str | None]
+    worker_id: Mapped[str | None] = mapped_column(index=True)
+    heartbeat_at: Mapped[float] = mapped_column(Double, server_default=sql_text("0"))
+    dispatched_at: Mapped[float | None] = mapped_column(Double)
+
+
 TABLE_NAMES: Final = tuple(Base.metadata.tables)
 """Every table this module defines, in dependency order."""
 
@@ -340,3 +380,7 @@ tool_uses: Final = _table(ToolUse)
 """``alicia_tool_uses`` as a Core ``Table``."""
 conversation_keys: Final = _table(ConversationKey)
 """``alicia_conversation_keys`` as a Core ``Table``."""
+sent_log: Final = _table(SentLog)
+"""``alicia_sent_log`` as a Core ``Table``."""
+agent_leases: Final = _table(AgentLease)
+"""``alicia_agents`` as a Core ``Table``."""

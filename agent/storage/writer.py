@@ -55,7 +55,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from alicia.agent.engine.sink import NullSink, StepSink
+from alicia.agent.engine.sink import NullSink, SentRecord, StepSink, StoredConversation
 from alicia.protocol import (
     Envelope,
     ReasoningStep,
@@ -74,7 +74,8 @@ from .errors import (
     _mapped,
     map_error,
 )
-from .migrate import migrate
+from .history import load_conversation, sent_after
+from .migrate import migrate, migrate_once
 from .rows import Rows, build_rows
 from .spill import Item, Segment, SpillDir
 from .tables import reasoning_steps as STEPS
@@ -210,6 +211,8 @@ class StorageWriter:
         self._write_atask: asyncio.Task[None] | None = None
         self._spill_atask: asyncio.Task[None] | None = None
         self._deadline: float | None = None
+        self._durable: list[tuple[int, asyncio.Future[None]]] = []
+        """(seq, future) of :meth:`durable` callers, resolved as batches are stored."""
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -282,6 +285,10 @@ class StorageWriter:
             if self._engine is not None:
                 await self._engine.dispose()
             self._state = _State.CLOSED
+            for _, future in self._durable:
+                if not future.done():
+                    future.set_exception(RuntimeError("StorageWriter closed"))
+            self._durable = []
 
     # -- StepSink -----------------------------------------------------------------
 
@@ -347,6 +354,58 @@ class StorageWriter:
                     raise RuntimeError(f"StorageWriter is {self._state.value}")
                 self._progress.clear()
                 await self._progress.wait()
+
+    async def durable(self) -> None:
+        """Return once everything submitted so far is stored in the database (not only
+        queued or spilled); with ``linger_s=0`` (failover) a batch goes out at once."""
+        target = self._seq
+        if self._done_seq >= target:
+            return
+        if self._state is not _State.RUNNING:
+            raise RuntimeError(f"StorageWriter is {self._state.value}")
+        future = asyncio.get_running_loop().create_future()
+        self._durable.append((target, future))
+        self._wake.set()
+        await future
+
+    def _release_durable(self) -> None:
+        done = self._done_seq
+        waiting = []
+        for target, future in self._durable:
+            if target <= done:
+                if not future.done():
+                    future.set_result(None)
+            elif not future.done():
+                waiting.append((target, future))
+        self._durable = waiting
+
+    async def load_conversation(self, conversation_id: str, *, limit: int) -> StoredConversation:
+        """The conversation's last logged server stanza and its last ``limit`` turns."""
+        engine = await self._ready_engine()
+        async with (
+            asyncio.timeout(self.options.query_timeout_s * 5),
+            _mapped(),
+            engine.connect() as conn,
+        ):
+            return await load_conversation(conn, conversation_id, limit=limit)
+
+    async def sent_after(self, conversation_id: str, after: int, *, limit: int) -> list[SentRecord]:
+        """Logged server envelopes with ``|stanzaId| > after``, in order."""
+        engine = await self._ready_engine()
+        async with (
+            asyncio.timeout(self.options.query_timeout_s * 5),
+            _mapped(),
+            engine.connect() as conn,
+        ):
+            return await sent_after(conn, conversation_id, after, limit=limit)
+
+    async def _ready_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            raise RuntimeError("StorageWriter not started")
+        if not self._migrated:
+            await migrate_once(self._engine)
+            self._migrated = True
+        return self._engine
 
     @property
     def queued(self) -> int:
@@ -461,6 +520,7 @@ class StorageWriter:
                 self._done_seq = max(self._done_seq, self._inflight[-1].seq)
             self._inflight, self._inflight_seg = [], None
             self._progress.set()
+            self._release_durable()
 
     def _out_of_time(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
@@ -548,7 +608,7 @@ class StorageWriter:
         if engine is None:
             raise RuntimeError("StorageWriter not started")
         if not self._migrated:
-            await migrate(engine)
+            await migrate_once(engine)
             self._migrated = True
         rows = build_rows(items)
         referenced = list(rows.holders)

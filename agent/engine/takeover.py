@@ -1,0 +1,177 @@
+"""Failover: an agent takes a conversation over from storage, and replays from it.
+
+With failover on, every envelope an agent sends is stored (and logged as sent) before it
+leaves (:mod:`.outbox`). So when a worker dies, the agent that takes its room over finds
+in storage everything any client received:
+
+* :func:`restore` (before the first packet): the numbering goes on after the last
+  logged stanza; the finished exchanges come back as history (answers only, with who
+  asked, so the one authorisation rule still holds); a turn the previous agent did not
+  finish is closed — its streamed answer gets its final (empty) sentence, or a partial
+  AssistantMessage if it never began, it is stored as partial, and every client gets a
+  recoverable ErrorMessage (503) naming the user message, so it can regenerate it;
+* :func:`replay_stored`: a client that resumes beyond what the agent keeps in memory
+  (a takeover, or more than ``ALICIA_REPLAY_KEEP`` envelopes missed) is replayed from the
+  log, under the same rules and byte budget as the in-memory replay.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import TYPE_CHECKING
+
+from alicia.protocol import AssistantMessage, AssistantSentence, error_body, new_id
+from alicia.protocol import ids as id_prefix
+
+from .outbox import MAX_REPLAY_GAP, ReplayBudget, ReplayGap
+from .participants import Participant, TurnCut
+from .sink import StoredTurn
+from .turn import Exchange
+
+if TYPE_CHECKING:
+    from .session import ProtocolSession
+
+__all__ = ["open_sealed", "replay_stored", "restore", "seal_for"]
+
+logger = logging.getLogger("alicia.conversation")
+
+
+def seal_for(session: ProtocolSession) -> None:
+    """Let the session's outbox log plaintext reasoning sealed with the data key (ZDR)."""
+    sealer, cid = session.data_sealer, session.id
+    if sealer is not None:
+        session.outbox.seal_sent = lambda data: sealer.seal(cid, base64.b64encode(data).decode())
+
+
+def open_sealed(session: ProtocolSession, value: str) -> bytes:
+    """The bytes :func:`seal_for`'s sealer sealed (raises if they cannot be opened)."""
+    if session.data_sealer is None:
+        raise ValueError("no data key to open a sealed record with")
+    return base64.b64decode(session.data_sealer.open(value, session.id))
+
+
+async def restore(session: ProtocolSession) -> None:
+    """Take the conversation over from storage, once, before any packet (failover only)."""
+    store = session.outbox.store
+    if store is None:
+        return
+    try:
+        stored = await store.load_conversation(session.id, limit=200)
+    except Exception:
+        logger.exception("conversation not restored", extra={"conversation": session.id})
+        return
+    session.outbox.continue_after(stored.last_stanza)
+    cut: StoredTurn | None = None
+    for turn in stored.turns:
+        session.remember(turn.user_id)
+        if turn.answer_id is not None:
+            session.remember(turn.answer_id)
+        if turn.state in ("complete", "failed") and turn.answer_id is not None:
+            exchange = Exchange(
+                turn.user_id, turn.user_text, turn.answer_id, turn.answer_text, turn.requester or ""
+            )
+            session.history.append(exchange)
+        elif turn is stored.turns[-1]:
+            cut = turn
+    if cut is not None:
+        await _close_cut(session, cut)
+    if stored.last_stanza or stored.turns:
+        logger.info(
+            "conversation restored",
+            extra={
+                "conversation": session.id,
+                "stanza": stored.last_stanza,
+                "exchanges": len(session.history),
+                "cut": cut is not None,
+            },
+        )
+
+
+async def _close_cut(session: ProtocolSession, turn: StoredTurn) -> None:
+    """Close a turn the previous agent could not finish (see the module docstring)."""
+    out, cid = session.outbox, session.id
+    if turn.state == "streaming" and turn.answer_id is not None:
+        answer_id = turn.answer_id
+        final = AssistantSentence(
+            id=new_id(id_prefix.SENTENCE),
+            previous_id=answer_id,
+            conversation_id=cid,
+            sequence=turn.sentences + 1,
+            text="",
+            is_final=True,
+        )
+        await out.send(final, [], everyone=True)
+        partial = AssistantMessage(
+            id=answer_id,
+            previous_id=turn.user_id,
+            conversation_id=cid,
+            content=turn.answer_text,
+            state="partial",
+        )
+        await out.send(partial, [])  # stored only: the answer is marked partial
+    else:
+        answer_id = new_id(id_prefix.MESSAGE)
+        session.remember(answer_id)
+        partial = AssistantMessage(
+            id=answer_id, previous_id=turn.user_id, conversation_id=cid, content="", state="partial"
+        )
+        await out.send(partial, [], everyone=True)
+    exchange = Exchange(
+        turn.user_id, turn.user_text, answer_id, turn.answer_text, turn.requester or ""
+    )
+    session.history.append(exchange)
+    body = error_body(
+        TurnCut("the agent was replaced while answering: regenerate for the whole answer"),
+        id=new_id(id_prefix.ERROR),
+        conversation_id=cid,
+        originating_id=turn.user_id,
+    )
+    await out.send(body, [], everyone=True)
+
+
+async def replay_stored(
+    session: ProtocolSession, seen: int, p: Participant, *, max_bytes: int
+) -> list[bytes]:
+    """The logged envelopes after ``seen`` for ``p`` (its level's steps only), then what
+    the agent sent since and keeps in memory; :class:`ReplayGap` if they cannot all be
+    replayed. Call with the outbox lock held."""
+    out = session.outbox
+    assert out.store is not None
+    last = out.last
+    if seen > last:
+        raise ReplayGap(f"server message {seen} was never sent here (last is {last})")
+    if last - seen > MAX_REPLAY_GAP:
+        raise ReplayGap(f"cannot replay server messages after {seen}: {last - seen} missed")
+    try:
+        records = await out.store.sent_after(session.id, seen, limit=MAX_REPLAY_GAP + 1)
+    except Exception as exc:
+        raise ReplayGap(f"the stored messages after {seen} cannot be read now") from exc
+    replay: list[bytes] = []
+    size = 0
+    newest = seen
+    for r in records:
+        newest = max(newest, r.stanza)
+        if r.to is not None and p.identity not in r.to:
+            continue
+        if r.level is not None and r.level != p.step_level:
+            continue
+        data = r.data
+        if data is None and r.sealed is not None:
+            try:
+                data = open_sealed(session, r.sealed)
+            except Exception as exc:
+                raise ReplayGap(f"stored message {r.stanza} cannot be opened") from exc
+        if data is None:
+            continue
+        replay.append(data)
+        size += len(data)
+    # What was sent but not yet stored (the database was slow) is still in memory.
+    memory = out.replay(newest, p.identity, p.step_level, max_bytes=max_bytes, kept_only=True)
+    size += sum(len(d) for d in memory)
+    if size > max_bytes:
+        raise ReplayBudget(
+            f"cannot replay server messages after {seen}: {size} bytes missed, "
+            f"over the {max_bytes}-byte replay budget"
+        )
+    return replay + memory

@@ -1,0 +1,68 @@
+"""The watcher's HTTP side: livekit-server webhooks in (signature checked), health out.
+
+Routes: ``POST /webhook`` (livekit-server's ``webhook.urls``; the body's SHA-256 must
+match the signed token in ``Authorization``, checked with ``livekit-api``'s
+``WebhookReceiver``; anything else is 401 and ignored) and ``GET /healthz``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from livekit import api
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from alicia.agent.settings import WatchSettings
+from alicia.agent.storage.leases import Leases
+
+from .watcher import Watcher
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("alicia.watch")
+
+_ROOM_EVENTS = frozenset({"room_started", "participant_joined", "participant_left"})
+
+
+def create_app(settings: WatchSettings) -> Starlette:
+    """The watcher as a Starlette app: its loops run for the app's lifespan."""
+    leases = Leases(settings.database_url)
+    watcher = Watcher(settings, leases)
+    receiver = api.WebhookReceiver(
+        api.TokenVerifier(settings.livekit_api_key, settings.livekit_api_secret)
+    )
+
+    async def webhook(request: Request) -> Response:
+        body = (await request.body()).decode("utf-8", "replace")
+        try:
+            event = receiver.receive(body, request.headers.get("authorization", ""))
+        except Exception as exc:  # a bad signature, a stale token, not JSON: ignored
+            logger.warning("webhook refused", extra={"error": type(exc).__name__})
+            return PlainTextResponse("invalid signature", status_code=401)
+        if event.event in _ROOM_EVENTS and event.room.name:
+            watcher.look_at([event.room.name])
+        return PlainTextResponse("ok")
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await watcher.start()
+        try:
+            yield
+        finally:
+            await watcher.aclose()
+            await leases.aclose()
+
+    app = Starlette(
+        routes=[Route("/webhook", webhook, methods=["POST"]), Route("/healthz", healthz)],
+        lifespan=lifespan,
+    )
+    app.state.watcher = watcher
+    return app

@@ -1,0 +1,223 @@
+"""Bring an agent back to every room that still has clients: LiveKit's own dispatch,
+decided from LiveKit's view of the room and the workers' leases.
+
+Self-hosted livekit-server does not dispatch a dead worker's rooms to another worker
+(livekit/agents#1472), and it keeps a killed agent's participant in the room for about
+20 s (its ICE and ping timeouts), so neither its webhooks nor RoomService can tell quickly
+that an agent is gone. The workers can: each room's agent holds a lease row
+(:mod:`alicia.agent.storage.leases`) that its worker renews every
+``ALICIA_HEARTBEAT_INTERVAL``. The watcher puts the two together:
+
+* webhooks (``participant_joined`` of a client, ``participant_left`` of an agent,
+  ``room_started``; signature checked with ``livekit-api``) make it look at a room at
+  once; it also looks, every ``ALICIA_WATCH_POLL`` seconds, at every room RoomService
+  lists (the fallback when a webhook is lost) and, twice a second, at the leases that
+  went stale (a dead worker);
+* a room needs an agent when it has a client (a participant that is not an agent) and
+  no live agent of ours: no lease renewed within ``ALICIA_HEARTBEAT_TIMEOUT``, and no
+  agent of ours that joined within the grace period (still claiming its lease);
+* then it removes the dead agent's participant (clients stop waiting for it) and asks
+  LiveKit for a new one with AgentDispatchService ``CreateDispatch`` under the workers'
+  agent name; LiveKit picks the worker by load.
+
+It is stateless and may run more than once: the decision to dispatch is taken in the
+database (:meth:`~alicia.agent.storage.leases.Leases.begin_dispatch`: a per-room lock and a
+dispatch mark), so two watchers never dispatch twice for one takeover; and an agent only
+serves a room once it holds the room's lease, so even a late second dispatch leaves one
+agent serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from livekit import api
+
+from alicia.agent.settings import WatchSettings
+from alicia.agent.storage.leases import Lease, Leases
+
+__all__ = ["Decision", "RoomView", "Watcher", "decide"]
+
+logger = logging.getLogger("alicia.watch")
+
+AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
+_AGENT: Final = api.ParticipantInfo.Kind.AGENT
+_STALE_EVERY_S: Final = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class RoomView:
+    """What LiveKit says is in a room: its clients and its agents of our name."""
+
+    clients: tuple[str, ...]
+    agents: tuple[tuple[str, float], ...]
+    """(identity, joined_at epoch seconds) of each agent participant of our agent name."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do for one room."""
+
+    dispatch: bool
+    remove: tuple[str, ...] = ()
+    """Agent participants to remove first (dead: their lease is stale)."""
+    reason: str = ""
+
+
+def decide(
+    view: RoomView, lease: Lease | None, *, now: float, timeout_s: float, grace_s: float
+) -> Decision:
+    """Whether a room needs an agent (pure; see the module docstring)."""
+    if not view.clients:
+        return Decision(False, reason="no client")
+    present = {identity for identity, _ in view.agents}
+    holder = lease.agent_identity if lease is not None else None
+    if lease is not None and holder in present and now - lease.heartbeat_at <= timeout_s:
+        return Decision(False, reason="live agent")
+    pending = lease.dispatched_at if lease is not None else None
+    if pending is not None and now - pending < grace_s:
+        return Decision(False, reason="dispatch pending")
+    starting = [i for i, joined in view.agents if now - joined < grace_s]
+    if starting and (lease is None or lease.agent_identity not in starting):
+        return Decision(False, reason="agent starting")
+    dead = tuple(i for i, _ in view.agents if i not in starting)
+    return Decision(True, remove=dead, reason="no live agent")
+
+
+class Watcher:
+    """The watcher's loops and its dispatches (see the module docstring)."""
+
+    def __init__(self, settings: WatchSettings, leases: Leases) -> None:
+        """Nothing runs until :meth:`run`."""
+        self.settings = settings
+        self.leases = leases
+        self.dispatches = 0
+        """Dispatches this watcher created."""
+        self._lk: api.LiveKitAPI | None = None
+        self._pending: set[str] = set()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def lk(self) -> api.LiveKitAPI:
+        """The LiveKit server API client (while running)."""
+        if self._lk is None:
+            raise RuntimeError("the watcher is not running")
+        return self._lk
+
+    def look_at(self, rooms: Iterable[str]) -> None:
+        """Check these rooms soon (a webhook said something changed)."""
+        self._pending.update(rooms)
+        self._wake.set()
+
+    async def start(self) -> None:
+        """Open the API client and start the loops."""
+        s = self.settings
+        url = s.livekit_url
+        http = "http" + url[2:] if url.startswith("ws") else url
+        self._lk = api.LiveKitAPI(http, s.livekit_api_key, s.livekit_api_secret)
+        self._tasks = [
+            asyncio.create_task(self._stale_loop(), name="alicia-watch-leases"),
+            asyncio.create_task(self._poll_loop(), name="alicia-watch-rooms"),
+            asyncio.create_task(self._pending_loop(), name="alicia-watch-webhooks"),
+        ]
+        logger.info("watcher started", extra={"agent_name": s.agent_name})
+
+    async def aclose(self) -> None:
+        """Stop the loops and close the API client."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._lk is not None:
+            await self._lk.aclose()
+            self._lk = None
+
+    # -- loops ------------------------------------------------------------------------
+
+    async def _stale_loop(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                stale = await self.leases.stale(self.settings.heartbeat_timeout_s)
+                for lease in stale:
+                    await self._check(lease.conversation_id)
+            await asyncio.sleep(_STALE_EVERY_S)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                rooms = await self.lk.room.list_rooms(api.ListRoomsRequest())
+                for room in rooms.rooms:
+                    if room.num_participants > 0:
+                        await self._check(room.name)
+            except Exception:
+                logger.exception("room poll failed")
+            await asyncio.sleep(self.settings.poll_s)
+
+    async def _pending_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            rooms, self._pending = self._pending, set()
+            for room in rooms:
+                await self._check(room)
+
+    # -- one room ---------------------------------------------------------------------
+
+    async def _view(self, room: str) -> RoomView:
+        reply = await self.lk.room.list_participants(api.ListParticipantsRequest(room=room))
+        clients: list[str] = []
+        agents: list[tuple[str, float]] = []
+        name = self.settings.agent_name
+        for p in reply.participants:
+            if p.kind == _AGENT:
+                if p.attributes.get(AGENT_NAME_ATTRIBUTE, "") == name:
+                    agents.append((p.identity, float(p.joined_at)))
+            else:
+                clients.append(p.identity)
+        return RoomView(tuple(clients), tuple(agents))
+
+    async def _check(self, room: str) -> None:
+        """Look at one room and dispatch an agent to it if it needs one."""
+        s = self.settings
+        try:
+            view = await self._view(room)
+            lease = await self.leases.get(room)
+            decision = decide(
+                view,
+                lease,
+                now=time.time(),
+                timeout_s=s.heartbeat_timeout_s,
+                grace_s=s.dispatch_grace_s,
+            )
+            if not decision.dispatch:
+                return
+            if not await self.leases.begin_dispatch(
+                room, s.heartbeat_timeout_s, s.dispatch_grace_s
+            ):
+                return  # another watcher dispatches, or the room got its agent meanwhile
+            for identity in decision.remove:
+                with contextlib.suppress(api.TwirpError):
+                    await self.lk.room.remove_participant(
+                        api.RoomParticipantIdentity(room=room, identity=identity)
+                    )
+            await self.lk.agent_dispatch.create_dispatch(
+                api.CreateAgentDispatchRequest(agent_name=s.agent_name, room=room)
+            )
+            self.dispatches += 1
+            removed = f", removed {', '.join(decision.remove)}" if decision.remove else ""
+            logger.info(
+                f"agent dispatched to {room} ({decision.reason}{removed})",
+                extra={"room": room, "reason": decision.reason, "removed": list(decision.remove)},
+            )
+        except api.TwirpError as exc:
+            if exc.code != api.TwirpErrorCode.NOT_FOUND:  # the room closed meanwhile
+                logger.warning("room check failed", extra={"room": room, "error": str(exc)})
+        except Exception:
+            logger.exception("room check failed", extra={"room": room})

@@ -1,0 +1,267 @@
+"""Failover test parts: the watcher as a process, and a client that follows the agent.
+
+:func:`running_watcher` starts ``python -m alicia.agent.watch`` (its webhook port is
+the one the test's livekit-server posts to). :class:`FollowingClient` is a protocol
+client in a real room that trusts only participants of kind AGENT, keeps every envelope
+they send with its ``stanzaId``, and when a new agent appears resumes with it
+(Configuration with ``lastSequenceSeen`` = the highest server stanza received), as the
+project's clients do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from livekit import rtc
+
+from alicia.harness import LiveKitServer
+from alicia.protocol import (
+    DATA_TOPIC,
+    AssistantMessage,
+    AssistantSentence,
+    Body,
+    Configuration,
+    Envelope,
+    ErrorMessage,
+    ReasoningStep,
+    StanzaCounter,
+    UserMessage,
+    decode,
+    encode,
+    envelope,
+    new_id,
+)
+
+__all__ = ["FollowingClient", "WatcherProcess", "following_client", "running_watcher"]
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
+
+
+@dataclass
+class WatcherProcess:
+    """A started watcher."""
+
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    def log(self, tail: int = 8000) -> str:
+        """The end of the watcher's log."""
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@contextlib.asynccontextmanager
+async def running_watcher(
+    server: LiveKitServer, database_url: str, *, port: int, env: Mapping[str, str] | None = None
+) -> AsyncIterator[WatcherProcess]:
+    """``python -m alicia.agent.watch`` on ``port`` for ``server``'s rooms; healthy."""
+    full_env = {
+        **os.environ,
+        **server.env(),
+        "DATABASE_URL": database_url,
+        "ALICIA_AGENT_NAME": "alicia",
+        "ALICIA_WATCH_PORT": str(port),
+        "ALICIA_WATCH_POLL": "2",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    with tempfile.TemporaryDirectory(prefix="alicia-watch-") as tmp:
+        log_path = Path(tmp) / "watch.log"
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "alicia.agent.watch", env=full_env, cwd=str(ROOT),
+                stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        watcher = WatcherProcess(proc, log_path)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                with contextlib.suppress(OSError):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the watcher did not start:\n{watcher.log()}")
+                await asyncio.sleep(0.05)
+            yield watcher
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except TimeoutError:
+                    watcher.kill()
+                    await proc.wait()
+
+
+class FollowingClient:
+    """A protocol client that follows the room's agent (see the module docstring)."""
+
+    def __init__(self, room: rtc.Room, conversation_id: str) -> None:
+        self.room = room
+        self.conversation_id = conversation_id
+        self.counter = StanzaCounter("client")
+        self.box: list[Envelope[Any]] = []
+        """Every server envelope received, in arrival order (duplicates included)."""
+        self.agent = ""
+        self.agents: list[tuple[str, float]] = []
+        """(identity, time.monotonic() it was first trusted) of each agent followed."""
+        self.resumed: list[float] = []
+        """time.monotonic() when each resume was answered."""
+        self._event = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        room.on("data_received", self._on_data)
+        room.on("participant_connected", self._on_participant)
+        for p in room.remote_participants.values():
+            self._on_participant(p)
+
+    @property
+    def highest(self) -> int:
+        """The highest ``|stanzaId|`` received from an agent."""
+        return max((-e.stanza_id for e in self.box), default=0)
+
+    def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
+        if participant.kind != AGENT or participant.identity == self.agent:
+            return
+        first = not self.agent
+        self.agent = participant.identity
+        self.agents.append((participant.identity, time.monotonic()))
+        self._event.set()
+        if not first:  # a new agent took over: resume with it
+            task = asyncio.get_running_loop().create_task(self._resume())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        sender = packet.participant
+        if packet.topic != DATA_TOPIC or sender is None or sender.kind != AGENT:
+            return
+        if sender.identity != self.agent:
+            self._on_participant(sender)
+        env = decode(packet.data)
+        if env.stanza_id < 0:
+            self.box.append(env)
+            self._event.set()
+
+    async def _resume(self) -> None:
+        seen = self.highest
+        for _ in range(10):  # the new agent restores before it answers
+            await self.send(
+                Configuration(
+                    conversation_id=self.conversation_id,
+                    last_sequence_seen=seen,
+                    features=["reasoning_step_display", "streaming"],
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(Configuration, within=3.0, after=seen)
+                self.resumed.append(time.monotonic())
+                return
+
+    async def wait_for_agent(self, within: float = 30.0) -> None:
+        async with asyncio.timeout(within):
+            while not self.agent:
+                self._event.clear()
+                await self._event.wait()
+
+    async def send(self, body: Body) -> int:
+        """Send ``body`` to the current agent; its stanzaId."""
+        stanza = self.counter.next()
+        env = envelope(body, stanza_id=stanza, conversation_id=self.conversation_id)
+        await self.room.local_participant.publish_data(
+            encode(env), reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
+        )
+        return stanza
+
+    async def handshake(self) -> None:
+        for _ in range(15):
+            await self.send(Configuration(features=["reasoning_step_display", "streaming"]))
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(Configuration, within=1.0)
+                return
+        raise TimeoutError("no Configuration reply")
+
+    async def ask(self, text: str) -> str:
+        """Send a UserMessage; its id."""
+        message = UserMessage(id=new_id("msg"), conversation_id=self.conversation_id, content=text)
+        await self.send(message)
+        return message.id
+
+    async def wait_for(
+        self, kind: type[Any], within: float = 30.0, after: int = 0, **match: Any
+    ) -> Any:
+        """The first ``kind`` body received with ``|stanzaId| > after`` matching ``match``."""
+        async with asyncio.timeout(within):
+            while True:
+                for env in self.box:
+                    body = env.body
+                    if (
+                        -env.stanza_id > after
+                        and isinstance(body, kind)
+                        and all(getattr(body, k) == v for k, v in match.items())
+                    ):
+                        return body
+                self._event.clear()
+                await self._event.wait()
+
+    async def wait_turn_end(self, user_id: str, within: float = 60.0) -> None:
+        """Until the turn of ``user_id`` is closed (final sentence, answer or error)."""
+        async with asyncio.timeout(within):
+            while not self.turn_ended(user_id):
+                self._event.clear()
+                await self._event.wait()
+
+    def turn_ended(self, user_id: str) -> bool:
+        """The turn of ``user_id`` got its final sentence, its AssistantMessage or an error."""
+        answers = {
+            e.body.id
+            for e in self.box
+            if isinstance(e.body, AssistantMessage) and e.body.previous_id == user_id
+        }
+        starts = {
+            e.body.id
+            for e in self.box
+            if type(e.body).__name__ == "StartAnswer" and e.body.previous_id == user_id
+        }
+        for e in self.box:
+            b = e.body
+            if isinstance(b, AssistantSentence) and b.previous_id in starts and b.is_final:
+                return True
+            if isinstance(b, ErrorMessage) and b.originating_id == user_id:
+                return True
+        return bool(answers)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e.body for e in self.box if isinstance(e.body, kind)]
+
+    def steps(self) -> list[ReasoningStep]:
+        return self.of(ReasoningStep)
+
+
+@contextlib.asynccontextmanager
+async def following_client(
+    server: LiveKitServer, room: str, identity: str
+) -> AsyncIterator[FollowingClient]:
+    """A :class:`FollowingClient` joined to ``room`` (its agent not yet awaited)."""
+    r = rtc.Room()
+    await r.connect(server.url, server.token(identity, room))
+    try:
+        yield FollowingClient(r, room)
+    finally:
+        await r.disconnect()
