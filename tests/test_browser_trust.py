@@ -41,7 +41,7 @@ def _chromium_installed() -> None:
 
 
 async def start_driver(
-    url: str, screenshot: Path, *, expect_waiting: bool = True
+    url: str, screenshot: Path, *, expect_waiting: bool = True, wait_agents: int | None = None
 ) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         node_binary(),
@@ -54,6 +54,7 @@ async def start_driver(
             "CHROMIUM": CHROMIUM,
             "TIMEOUT_MS": "60000",
             "EXPECT_WAITING": "1" if expect_waiting else "0",
+            **({"WAIT_AGENTS": str(wait_agents)} if wait_agents else {}),
         },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -135,7 +136,10 @@ async def test_under_explicit_dispatch_the_page_moves_to_the_agent_of_its_name(
             livekit_server, room, identity="agent-a", agent_name="alicia-x"
         ) as a:
             driver = await start_driver(
-                page_url(base, room) + "&agent=alicia-x", shot, expect_waiting=False
+                page_url(base, room) + "&agent=alicia-x",
+                shot,
+                expect_waiting=False,
+                wait_agents=2,  # A and B (not the agent of another name)
             )
             stack.push_async_callback(_reap, driver)
 
@@ -155,7 +159,8 @@ async def test_under_explicit_dispatch_the_page_moves_to_the_agent_of_its_name(
                     livekit_server, room, identity="agent-b", agent_name="alicia-x", after=seen
                 )
             )
-            await asyncio.sleep(1.5)  # both are in the room; the page stays with A
+            await said(driver, "SWAP", 90)  # the page sees A and B and stays with A
+            await asyncio.sleep(0.5)
             assert from_clients(b) == [] and from_clients(other) == []
         report = await report_of(driver)  # A left: B takes over
     assert report["firstAgent"] == "agent-a" and report["agent"] == "agent-b"
@@ -166,6 +171,15 @@ async def test_under_explicit_dispatch_the_page_moves_to_the_agent_of_its_name(
     assert from_clients(other) == []
     assert from_clients(b, Configuration)[0].last_sequence_seen == seen
     assert "FORGED" not in json.dumps(report)
+
+
+async def said(proc: asyncio.subprocess.Process, line: str, timeout: float) -> None:
+    """Read the driver's output until it prints ``line``."""
+    assert proc.stdout is not None
+    async with asyncio.timeout(timeout):
+        while (got := await proc.stdout.readline()) and got.decode().strip() != line:
+            pass
+    assert got, f"the driver ended before printing {line!r}"
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:

@@ -10,6 +10,8 @@
 //   TIMEOUT_MS    per-wait limit (default 60000)
 //   EXPECT_WAITING 0 when another agent is already in the room as the agent leaves (the
 //                 page then never waits); default 1
+//   WAIT_AGENTS   after the first answer, wait until the page sees this many agents it
+//                 could trust, then print "SWAP" (the test then lets the agent leave)
 //
 // Flow: connect, ask QUESTION_1 and wait for its answer; wait until the page says it is
 // waiting for another agent; wait until it says the agent was replaced and resumed; ask
@@ -76,6 +78,10 @@ try {
 
   await ask(env.QUESTION_1 ?? "6 x 7?", 1);
   result.first = await turnInfo(0);
+  if (env.WAIT_AGENTS) {
+    await page.waitForSelector(`body[data-agents="${env.WAIT_AGENTS}"]`, { timeout });
+    console.log("SWAP");
+  }
 
   if ((env.EXPECT_WAITING ?? "1") === "1") {
     await page.waitForSelector('body[data-agent-state="waiting"]', { timeout });

@@ -7,6 +7,7 @@
 // data-reasoning: on | off (after the server answered the update)
 // data-agent: the trusted agent's identity; data-agent-state: ready | waiting | resuming
 // data-agent-changes: how many times another agent took over (and was resumed)
+// data-agents: how many participants in the room could be trusted as the agent
 //
 // Trust (trust.ts): envelopes are accepted only from the agent participant (kind AGENT;
 // with ?agent=NAME only the one whose lk.agent_name, set by livekit-server at dispatch, is
@@ -259,12 +260,15 @@ class DebugClient {
     this.trust.joined(p);
     this.checkAgent(); // a newcomer may have taken the agent's identity
     if (this.trust.offer(p, this.room.remoteParticipants)) this.adopted();
+    this.checkAgent();
   }
 
   // --- following the agent across takeovers ------------------------------------------
 
   /** The trusted agent left (or its identity now belongs to someone else)? */
   private checkAgent(): void {
+    const present = [...this.room.remoteParticipants.values()];
+    document.body.dataset.agents = String(present.filter((p) => this.trust.matches(p)).length);
     const gone = this.trust.identity;
     if (!gone || !this.trust.leave(this.room.remoteParticipants)) return;
     this.ready = false;
