@@ -35,7 +35,15 @@ text as against the real provider. Refused requests are listed in
 ``reasoning.encrypted_content`` (else it is ``null``, as with the real API).
 
 ``endless`` streams vLLM-shaped reasoning until the client disconnects (or the server
-closes): for ControlStop tests and load benchmarks. Every request body is recorded
+closes): for ControlStop tests and load benchmarks. ``token_turn`` (:data:`TOKEN_TURN`,
+chosen by script or model route only) is one whole vLLM-shaped turn at token level for
+load benchmarks: one SSE chunk per token, ``Play.paragraphs`` reasoning paragraphs of about
+60 tokens (``delta.reasoning``, each ending with a ``"\n\n"`` token), then a three-sentence
+answer (``delta.content``), ``finish_reason: "stop"`` and ``[DONE]``, paced on an absolute
+schedule (event *i* at start + *i* x ``chunk_delay``, so a busy server catches up instead
+of drifting to a lower rate). ``on_stream`` (optional) is told about every stream served
+and may return a callback that gets each event and ``time.monotonic_ns()`` just before
+the event is written to the socket. Every request body is recorded
 (:attr:`RecordedLLM.requests`, refused ones too), so a test can assert what was sent back
 to the LLM; :attr:`RecordedLLM.disconnects` counts streams the client abandoned.
 
@@ -65,6 +73,9 @@ __all__ = [
     "ROTATE",
     "RULES",
     "STREAMS_DIR",
+    "TOKEN_TURN",
+    "TURN_ANSWER",
+    "TURN_PARAGRAPHS",
     "Play",
     "RecordedLLM",
     "Refusal",
@@ -83,6 +94,9 @@ STREAMS_DIR: Final = Path(__file__).resolve().parents[1] / "tests" / "streams"
 ENDLESS: Final = "endless"
 """Stream name for endless reasoning (until the client disconnects)."""
 
+TOKEN_TURN: Final = "token_turn"
+"""Stream name for one token-level vLLM-shaped turn: reasoning paragraphs, then an answer."""
+
 ROTATE: Final = "rotate"
 """Default that answers unmarked requests with each recorded stream in turn."""
 
@@ -100,6 +114,41 @@ _ENDLESS_PARAGRAPHS: Final = (
     "Third, the wording of the answer. It should be short enough to say aloud, but it "
     "must still be correct and complete.",
 )
+
+_GENERATED: Final = frozenset({ENDLESS, TOKEN_TURN})
+"""Streams made by the server itself (chat only, no manifest entry, no rules)."""
+
+TURN_PARAGRAPHS: Final = (
+    "Okay, the user wants to know how long a pot of rice should rest after cooking. I "
+    "remember that resting lets the steam finish the grains evenly, so the bottom does "
+    "not stay wet while the top dries out. The usual advice is about ten minutes with the "
+    "lid on, but it depends on the kind of rice and the pot being used.",
+    "Let me check the common cases one by one. White long grain rice is fine after about "
+    "ten minutes, while brown rice has a tougher bran layer and benefits from a little "
+    "longer, maybe fifteen minutes. Sushi rice is usually rested briefly and then seasoned "
+    "while still warm, so the timing there is a bit different from plain rice.",
+    "There is also the question of the heat. The pot should come off the burner, or the "
+    "burner should be turned off, so the rice does not scorch at the bottom. Keeping the "
+    "lid closed matters more than the exact number of minutes, because opening it lets "
+    "out the steam that is doing the remaining work on the grains.",
+    "So the answer should be short and practical. I will say ten minutes off the heat "
+    "with the lid on for white rice, a bit longer for brown rice, and mention that the "
+    "lid should stay closed the whole time. Then a quick fluff with a fork before serving "
+    "keeps the grains separate, which is worth adding as a final tip.",
+)
+"""The reasoning paragraphs of :data:`TOKEN_TURN` (about 60 tokens each), in turn order."""
+
+TURN_ANSWER: Final = (
+    "Let white rice rest for about ten minutes off the heat with the lid on. "
+    "Brown rice is better after about fifteen minutes. "
+    "Keep the lid closed the whole time, then fluff the grains with a fork before serving."
+)
+"""The answer of :data:`TOKEN_TURN` (three sentences)."""
+
+EventHook = Callable[[str, int], None]
+"""Told each event's text and ``time.monotonic_ns()`` just before it is written."""
+StreamHook = Callable[[Mapping[str, Any], str], EventHook | None]
+"""Told each served stream's request body and stream name; may return an EventHook."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -507,6 +556,8 @@ class Play:
     """Seconds between SSE events; None = the server's default."""
     tokens_per_event: int = 1
     """``endless`` only: tokens per SSE event (a paragraph is about 25 tokens)."""
+    paragraphs: int = 4
+    """``token_turn`` only: reasoning paragraphs before the answer (about 60 tokens each)."""
 
 
 @dataclass(slots=True)
@@ -528,8 +579,10 @@ class RecordedLLM:
         host: str = "127.0.0.1",
         port: int = 0,
         max_recorded: int = 1000,
+        on_stream: StreamHook | None = None,
     ) -> None:
-        """``chunk_delay`` paces recorded streams; ``endless_delay`` paces ``endless``."""
+        """``chunk_delay`` paces recorded streams; ``endless_delay`` paces ``endless``;
+        ``on_stream`` sees every stream served (see the module docstring)."""
         self.streams_dir = streams_dir
         self.manifest = load_manifest(streams_dir)
         unknown = {rule for s in self.manifest.values() for rule in s.rules} - set(RULES)
@@ -546,6 +599,7 @@ class RecordedLLM:
         self._turn = 0
         self.chunk_delay = chunk_delay
         self.endless_delay = endless_delay
+        self.on_stream = on_stream
         self._host = host
         self._port = port
         self._events = {
@@ -672,7 +726,7 @@ class RecordedLLM:
     # -- HTTP -----------------------------------------------------------------------
 
     def _check_name(self, name: str) -> None:
-        if name != ENDLESS and name not in self.manifest:
+        if name not in _GENERATED and name not in self.manifest:
             raise ValueError(f"unknown recorded stream {name!r}")
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -713,7 +767,7 @@ class RecordedLLM:
         play = routed if routed is not None else self._choose(api, items)
         if play is None:
             return _error(400, f"no recorded {api} stream to answer with")
-        stream_api = "chat" if play.stream == ENDLESS else self.manifest[play.stream].api
+        stream_api = "chat" if play.stream in _GENERATED else self.manifest[play.stream].api
         if stream_api != api:
             return _error(
                 400,
@@ -728,6 +782,11 @@ class RecordedLLM:
             headers={"Content-Type": _SSE_CONTENT_TYPE, "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
+        hook = self.on_stream(body, play.stream) if self.on_stream is not None else None
+        if play.stream == TOKEN_TURN:
+            delay = self.chunk_delay if play.chunk_delay is None else play.chunk_delay
+            await self._paced(response, _turn_events(play.paragraphs), delay, hook)
+            return response
         if play.stream == ENDLESS:
             events: Iterator[str] = _endless_events(play.tokens_per_event)
             delay = self.endless_delay if play.chunk_delay is None else play.chunk_delay
@@ -741,6 +800,8 @@ class RecordedLLM:
             for event in events:
                 if self._closing.is_set():
                     break
+                if hook is not None:
+                    hook(event, time.monotonic_ns())
                 await response.write(event.encode() + b"\n\n")
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -753,9 +814,39 @@ class RecordedLLM:
             logger.debug("recorded LLM client disconnected", extra={"stream": play.stream})
         return response
 
+    async def _paced(
+        self,
+        response: web.StreamResponse,
+        events: list[str],
+        delay: float,
+        hook: EventHook | None,
+    ) -> None:
+        """Write ``events``, event *i* at start + *i* x ``delay`` (late ones at once)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        try:
+            for i, event in enumerate(events):
+                if self._closing.is_set():
+                    break
+                wait = start + i * delay - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                else:
+                    await asyncio.sleep(0)
+                if self._closing.is_set():
+                    break
+                if hook is not None:
+                    hook(event, time.monotonic_ns())
+                await response.write(event.encode() + b"\n\n")
+            else:
+                await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            self._stats.disconnects += 1
+            logger.debug("recorded LLM client disconnected", extra={"stream": TOKEN_TURN})
+
     def _check_rules(self, name: str, body: Mapping[str, Any]) -> Refusal | None:
         """The first provider rule of stream ``name`` that ``body`` breaks, recorded."""
-        if name == ENDLESS:
+        if name in _GENERATED:
             return None
         spec = self.manifest[name]
         context = RuleContext(spec=spec, origin=self._origin[name], encrypted=self._encrypted)
@@ -775,14 +866,14 @@ class RecordedLLM:
             if name is None:
                 return None
             play = Play(name)
-        if _is_tool_result(api, items[-1]) and play.stream != ENDLESS:
+        if _is_tool_result(api, items[-1]) and play.stream not in _GENERATED:
             followup = self.manifest[play.stream].followup
             if followup is not None:
                 play = Play(followup, play.chunk_delay, play.tokens_per_event)
         return play
 
     def _default_stream(self, api: str, items: list[Any]) -> str | None:
-        default_api = "chat" if self.default in (ROTATE, ENDLESS) else None
+        default_api = "chat" if self.default == ROTATE or self.default in _GENERATED else None
         if self.default in self.manifest:
             default_api = self.manifest[self.default].api
         if self.default != ROTATE and default_api == api:
@@ -880,6 +971,29 @@ def _endless_events(tokens_per_event: int) -> Iterator[str]:
             if len(batch) >= tokens_per_event:
                 yield event({"reasoning": "".join(batch)})
                 batch = []
+
+
+def _turn_events(paragraphs: int) -> list[str]:
+    """The SSE events of one :data:`TOKEN_TURN`: one per token, as vLLM sends them."""
+    head = {
+        "id": f"chatcmpl-turn{time.monotonic_ns() % 10**12:012d}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "token-turn-reasoner",
+    }
+
+    def event(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return "data: " + json.dumps({**head, "choices": [choice]}, separators=(",", ":"))
+
+    events = [event({"role": "assistant", "content": ""})]
+    for k in range(paragraphs):
+        tokens = [*_TOKEN.findall(TURN_PARAGRAPHS[k % len(TURN_PARAGRAPHS)]), "\n\n"]
+        events.extend(event({"reasoning": token}) for token in tokens)
+    events.extend(event({"content": token}) for token in _TOKEN.findall(TURN_ANSWER))
+    events.append(event({}, "stop"))
+    events.append("data: [DONE]")
+    return events
 
 
 @contextlib.asynccontextmanager
