@@ -170,10 +170,13 @@ class Settings:
     ``python -m alicia.agent.watch`` next to the workers). Every envelope is stored (and
     logged as sent) before it leaves, each room's agent holds a lease its worker renews,
     and an agent joining a room restores the conversation from storage."""
-    heartbeat_interval_s: float = 0.5
-    """``ALICIA_HEARTBEAT_INTERVAL`` (default 0.5): seconds between lease renewals."""
-    heartbeat_timeout_s: float = 2.0
-    """``ALICIA_HEARTBEAT_TIMEOUT`` (default 2): a lease not renewed for this long is dead."""
+    heartbeat_interval_s: float = 0.25
+    """``ALICIA_HEARTBEAT_INTERVAL`` (default 0.25): seconds between lease renewals (one
+    UPDATE per worker process for all its rooms)."""
+    heartbeat_timeout_s: float = 1.5
+    """``ALICIA_HEARTBEAT_TIMEOUT`` (default 1.5): a lease not renewed for this long is
+    dead; its room is given to another agent (and the old one, if it was only slow,
+    leaves the room when it sees its lease gone)."""
     drain_turn_timeout_s: float = 30.0
     """``ALICIA_DRAIN_TURN_TIMEOUT`` (default 30): on SIGTERM, seconds running turns get to
     finish before the worker leaves its rooms (to the watcher)."""
@@ -262,8 +265,8 @@ class Settings:
             max_rooms=r.optional_integer("ALICIA_MAX_ROOMS", low=1),
             agent_name=r.text("ALICIA_AGENT_NAME", ""),
             failover=r.flag("ALICIA_FAILOVER", False),
-            heartbeat_interval_s=r.number("ALICIA_HEARTBEAT_INTERVAL", 0.5, low=0.05),
-            heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 2.0, low=0.1),
+            heartbeat_interval_s=r.number("ALICIA_HEARTBEAT_INTERVAL", 0.25, low=0.05),
+            heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 1.5, low=0.1),
             drain_turn_timeout_s=r.number("ALICIA_DRAIN_TURN_TIMEOUT", 30.0, low=0.0),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
@@ -302,9 +305,9 @@ class WatchSettings:
     poll_s: float = 5.0
     """``ALICIA_WATCH_POLL`` (default 5): seconds between two looks at every room
     (RoomService), the fallback when a webhook is lost."""
-    heartbeat_timeout_s: float = 2.0
-    """``ALICIA_HEARTBEAT_TIMEOUT`` (default 2): a lease not renewed for this long is dead
-    (the workers' setting)."""
+    heartbeat_timeout_s: float = 1.5
+    """``ALICIA_HEARTBEAT_TIMEOUT`` (default 1.5): a lease not renewed for this long is
+    dead (the workers' setting)."""
     dispatch_grace_s: float = 10.0
     """``ALICIA_DISPATCH_GRACE`` (default 10): seconds a dispatched agent gets to join and
     claim its room before the room is dispatched again."""
@@ -322,7 +325,7 @@ class WatchSettings:
             host=r.text("ALICIA_WATCH_HOST", "127.0.0.1"),
             port=r.integer("ALICIA_WATCH_PORT", 8091, low=0),
             poll_s=r.number("ALICIA_WATCH_POLL", 5.0, low=0.1),
-            heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 2.0, low=0.1),
+            heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 1.5, low=0.1),
             dispatch_grace_s=r.number("ALICIA_DISPATCH_GRACE", 10.0, low=0.5),
         )
 

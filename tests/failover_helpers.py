@@ -24,7 +24,9 @@ from typing import Any
 
 from livekit import rtc
 
+from alicia.agent.rooms.ffi_routing import route_room
 from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import (
     DATA_TOPIC,
     AssistantMessage,
@@ -41,8 +43,16 @@ from alicia.protocol import (
     envelope,
     new_id,
 )
+from tests.storage_db import fetch
 
-__all__ = ["FollowingClient", "WatcherProcess", "following_client", "running_watcher"]
+__all__ = [
+    "FollowingClient",
+    "WatcherProcess",
+    "following_client",
+    "logged_for",
+    "rooms_mid_turn",
+    "running_watcher",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
@@ -161,7 +171,9 @@ class FollowingClient:
 
     async def _resume(self) -> None:
         seen = self.highest
-        for _ in range(10):  # the new agent restores before it answers
+        # The first packets to a new agent can be lost before its link is up: repeat soon,
+        # then less often (the agent answers a repeated resume without replaying twice).
+        for wait in (0.5, 0.5, 1.0, 2.0, 3.0, 3.0, 3.0, 3.0):
             await self.send(
                 Configuration(
                     conversation_id=self.conversation_id,
@@ -170,7 +182,7 @@ class FollowingClient:
                 )
             )
             with contextlib.suppress(TimeoutError):
-                await self.wait_for(Configuration, within=3.0, after=seen)
+                await self.wait_for(Configuration, within=wait, after=seen)
                 self.resumed.append(time.monotonic())
                 return
 
@@ -261,7 +273,50 @@ async def following_client(
     """A :class:`FollowingClient` joined to ``room`` (its agent not yet awaited)."""
     r = rtc.Room()
     await r.connect(server.url, server.token(identity, room))
+    route_room(r)  # many rooms in one process: each gets only its own events
     try:
         yield FollowingClient(r, room)
     finally:
         await r.disconnect()
+
+
+async def logged_for(url: str, room: str, identity: str, level: str) -> list[int]:
+    """The logged server stanzas a client of ``identity`` and ``level`` should hold."""
+    rows = await fetch(
+        url,
+        "SELECT stanza, recipients, level FROM alicia_sent_log "
+        f"WHERE conversation_id = '{room}' ORDER BY stanza",
+    )
+    return [
+        r["stanza"]
+        for r in rows
+        if (r["recipients"] is None or identity in r["recipients"])
+        and (r["level"] is None or r["level"] == level)
+    ]
+
+
+async def rooms_mid_turn(
+    livekit: LiveKitServer,
+    llm: RecordedLLM,
+    stack: contextlib.AsyncExitStack,
+    n: int,
+    stream: str,
+) -> list[tuple[str, FollowingClient, str]]:
+    """``n`` rooms, each with a client whose question (recorded ``stream``, slowed
+    down) is being answered: a step in. (room, client, user message id) each."""
+    spec = llm.spec(stream)
+    out = []
+    for i in range(n):
+        room = new_id("conv")
+        client = await stack.enter_async_context(following_client(livekit, room, f"user{i}"))
+        out.append((room, client, ""))
+    for _, client, _ in out:
+        await client.wait_for_agent(30)
+        await client.handshake()
+    llm.script(*[Play(stream, chunk_delay=0.1)] * n)  # about 35 s: still running at the kill
+    asked = []
+    for room, client, _ in out:
+        asked.append((room, client, await client.ask(spec.user)))
+    for _, client, _ in asked:
+        await client.wait_for(ReasoningStep, within=30)
+    return asked

@@ -31,20 +31,25 @@ from storage_db import fetch, new_database
 
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.ports import free_port
-from alicia.harness.recorded_llm import Play, RecordedLLM
+from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import (
     DATA_TOPIC,
     AssistantMessage,
     AssistantSentence,
     Configuration,
     ErrorMessage,
-    ReasoningStep,
     StartAnswer,
     encode,
     envelope,
     new_id,
 )
-from tests.failover_helpers import FollowingClient, following_client, running_watcher
+from tests.failover_helpers import (
+    FollowingClient,
+    following_client,
+    logged_for,
+    rooms_mid_turn,
+    running_watcher,
+)
 from tests.worker_proc import WorkerProcess, running_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -85,21 +90,6 @@ def worker_env(url: str, **extra: str) -> dict[str, str]:
 def kill(worker: WorkerProcess) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.proc.pid, signal.SIGKILL)
-
-
-async def logged_for(url: str, room: str, identity: str, level: str) -> list[int]:
-    """The logged server stanzas a client of ``identity`` and ``level`` should hold."""
-    rows = await fetch(
-        url,
-        "SELECT stanza, recipients, level FROM alicia_sent_log "
-        f"WHERE conversation_id = '{room}' ORDER BY stanza",
-    )
-    return [
-        r["stanza"]
-        for r in rows
-        if (r["recipients"] is None or identity in r["recipients"])
-        and (r["level"] is None or r["level"] == level)
-    ]
 
 
 async def check_consistent(url: str, room: str, client: FollowingClient, identity: str) -> None:
@@ -148,28 +138,6 @@ def _answers(client: FollowingClient) -> dict[str, str]:
     return {k: " ".join(v) for k, v in out.items()}
 
 
-async def rooms_mid_turn(
-    livekit: LiveKitServer, llm: RecordedLLM, stack: contextlib.AsyncExitStack, n: int
-) -> list[tuple[str, FollowingClient, str]]:
-    """``n`` rooms, each with a client whose question is being answered (a step in)."""
-    spec = llm.spec(STREAM)
-    out = []
-    for i in range(n):
-        room = new_id("conv")
-        client = await stack.enter_async_context(following_client(livekit, room, f"user{i}"))
-        out.append((room, client, ""))
-    for _, client, _ in out:
-        await client.wait_for_agent(30)
-        await client.handshake()
-    llm.script(*[Play(STREAM, chunk_delay=0.1)] * n)  # about 35 s: still running at the kill
-    asked = []
-    for room, client, _ in out:
-        asked.append((room, client, await client.ask(spec.user)))
-    for _, client, _ in asked:
-        await client.wait_for(ReasoningStep, within=30)
-    return asked
-
-
 async def takeover(
     livekit: LiveKitServer,
     postgres_server: PostgresServer,
@@ -185,7 +153,7 @@ async def takeover(
     async with contextlib.AsyncExitStack() as stack:
         watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
-        rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS)
+        rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM)
         olds = {c.agent for _, c, _ in rooms}
         second = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         kill(first)
@@ -207,6 +175,7 @@ async def takeover(
             state = "\n".join(f"{room}: {c.agents} {summary(c)}" for room, c, _ in rooms)
             raise AssertionError(f"{exc!r}\n{state}\n{watcher.log()}\n{second.log()}") from exc
         for _, client, user_id in rooms:
+            await client.wait_for(ErrorMessage, within=10, originating_id=user_id)
             errors = [b for b in client.of(ErrorMessage) if b.originating_id == user_id]
             kinds = [(e.stanza_id, type(e.body).__name__) for e in client.box]
             assert [(e.code, e.recoverable) for e in errors] == [(503, True)], kinds
@@ -307,7 +276,7 @@ async def test_sigterm_during_a_turn_finishes_it_and_the_room_moves(
     async with contextlib.AsyncExitStack() as stack:
         watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
-        [(_, client, user_id)] = await rooms_mid_turn(livekit, llm, stack, 1)
+        [(_, client, user_id)] = await rooms_mid_turn(livekit, llm, stack, 1, STREAM)
         old = client.agent
         second = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         os.killpg(first.proc.pid, signal.SIGTERM)
@@ -361,7 +330,9 @@ async def test_a_forged_agent_identity_is_never_trusted_and_the_room_gets_an_age
         finally:
             await forger.disconnect()
         assert not [b for b in alice.of(StartAnswer) if b.id == forged.id]
-        await alice.wait_for(Configuration, within=20, after=0)
+        async with asyncio.timeout(20):
+            while not alice.resumed:  # the new agent answered alice's resume
+                await asyncio.sleep(0.05)
         llm.script(STREAM)
         user_id = await alice.ask(spec.user)
         await alice.wait_turn_end(user_id, within=60)

@@ -46,21 +46,23 @@ class LeaseKeeper:
         self.leases = Leases(url)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._held: set[str] = set()
+        self._held: dict[str, asyncio.Event] = {}
+        """Rooms held, each with the event set when its lease is lost."""
         self._task: asyncio.Task[None] | None = None
 
-    async def hold(self, room: str, identity: str) -> bool:
-        """Claim ``room`` for ``identity``; False if another live agent holds it."""
+    async def hold(self, room: str, identity: str) -> asyncio.Event | None:
+        """Claim ``room`` for ``identity``: an event set if the lease is ever lost (another
+        agent took the room over: leave it); None if another live agent holds it."""
         if not await self.leases.claim(room, identity, WORKER_ID, self.timeout_s):
-            return False
-        self._held.add(room)
+            return None
+        lost = self._held[room] = asyncio.Event()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._beat(), name="alicia-lease-heartbeat")
-        return True
+        return lost
 
     async def release(self, room: str, identity: str) -> None:
         """``identity`` leaves ``room`` cleanly: its lease goes (the watcher may move it)."""
-        self._held.discard(room)
+        self._held.pop(room, None)
         try:
             await self.leases.release(room, identity)
         except Exception:
@@ -69,9 +71,14 @@ class LeaseKeeper:
     async def _beat(self) -> None:
         while self._held:
             try:
-                await self.leases.beat(WORKER_ID)
+                still = await self.leases.beat(WORKER_ID)
             except Exception:
                 logger.warning("lease heartbeat failed", exc_info=True)
+            else:
+                for room, lost in list(self._held.items()):
+                    if room not in still and not lost.is_set():
+                        logger.warning("room lease lost: leaving", extra={"room": room})
+                        lost.set()
             await asyncio.sleep(self.interval_s)
 
 

@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
+from typing import Final
 
 from livekit import api, rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
@@ -179,6 +180,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
     logger.info("room joined", extra={"room": room.name})
     identity = room.local_participant.identity
     keeper: LeaseKeeper | None = None
+    lost: asyncio.Event | None = None
     if settings.failover:
         assert settings.database_url is not None  # checked by the settings
         keeper = lease_keeper(
@@ -191,6 +193,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 "another live agent serves this room: leaving", extra={"room": room.name}
             )
             return
+    await _announce(room)
     sink = await open_sink(
         settings.database_url,
         close_timeout_s=settings.storage_close_timeout_s,
@@ -209,10 +212,10 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 tools=default_tools(),
                 keys=keys,
             )
-            if keeper is None:
+            if lost is None:
                 await conversation.run()
             else:
-                await _run_until_drained(conversation, transport, settings)
+                await _run_until_drained(conversation, transport, settings, lost)
     finally:
         if keeper is not None:
             await keeper.release(room.name, identity)
@@ -223,16 +226,37 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         logger.info("room left", extra={"room": room.name})
 
 
+PROTOCOL_ATTRIBUTE: Final = "alicia.protocol"
+"""Attribute the agent sets on itself once it serves the room (value ``1``: Alicia v1)."""
+
+
+async def _announce(room: rtc.Room) -> None:
+    """Make the agent known to the room's clients now.
+
+    livekit-server batches the join of a participant that publishes no track and tells
+    the others every 3 s; an attribute change is sent at once, with the join. So clients
+    (and a client following a takeover) see the agent about 3 s sooner."""
+    try:
+        await room.local_participant.set_attributes({PROTOCOL_ATTRIBUTE: "1"})
+    except Exception:  # clients then learn of the agent with the next batch
+        logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
+
+
 async def _run_until_drained(
-    conversation: Conversation, transport: RoomTransport, settings: Settings
+    conversation: Conversation, transport: RoomTransport, settings: Settings, lost: asyncio.Event
 ) -> None:
     """Serve until the room closes, or until the worker drains: then let running turns
-    finish (bounded) and leave, so the watcher gives the room to another worker."""
+    finish (bounded) and leave, so the watcher gives the room to another worker. If the
+    room's lease is lost (another agent took it over), leave at once."""
     run = asyncio.create_task(conversation.run(), name="alicia-conversation")
     drain = asyncio.create_task(wait_draining(), name="alicia-drain-wait")
+    gone = asyncio.create_task(lost.wait(), name="alicia-lease-lost")
     try:
-        await asyncio.wait({run, drain}, return_when=asyncio.FIRST_COMPLETED)
-        if not run.done():
+        await asyncio.wait({run, drain, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if lost.is_set() and not run.done():
+            await transport.aclose()
+            await run
+        elif not run.done():
             settled = await conversation.runner.settle(settings.drain_turn_timeout_s)
             logger.info(
                 "leaving a drained room", extra={"room": conversation.id, "settled": settled}
@@ -240,6 +264,6 @@ async def _run_until_drained(
             await transport.aclose()
             await run
     finally:
-        for task in (run, drain):
+        for task in (run, drain, gone):
             task.cancel()
-        await asyncio.gather(run, drain, return_exceptions=True)
+        await asyncio.gather(run, drain, gone, return_exceptions=True)

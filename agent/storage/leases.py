@@ -136,14 +136,17 @@ class Leases:
             holder = await conn.scalar(select(c.agent_identity).where(c.conversation_id == room))
         return holder == identity
 
-    async def beat(self, worker_id: str) -> None:
-        """Renew every lease ``worker_id`` holds."""
+    async def beat(self, worker_id: str) -> set[str]:
+        """Renew every lease ``worker_id`` holds; the rooms it still holds."""
         engine = await self._ready()
         statement = (
-            update(LEASES).where(LEASES.c.worker_id == worker_id).values(heartbeat_at=time.time())
+            update(LEASES)
+            .where(LEASES.c.worker_id == worker_id)
+            .values(heartbeat_at=time.time())
+            .returning(LEASES.c.conversation_id)
         )
         async with _mapped(), engine.begin() as conn:
-            await conn.execute(statement)
+            return {row[0] for row in await conn.execute(statement)}
 
     async def release(self, room: str, identity: str) -> None:
         """``identity`` no longer serves ``room`` (a clean leave)."""

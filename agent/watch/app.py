@@ -45,6 +45,8 @@ def create_app(settings: WatchSettings) -> Starlette:
             logger.warning("webhook refused", extra={"error": type(exc).__name__})
             return PlainTextResponse("invalid signature", status_code=401)
         if event.event in _ROOM_EVENTS and event.room.name:
+            who = event.participant.identity
+            logger.info(f"webhook {event.event} {event.room.name} {who}".rstrip())
             watcher.look_at([event.room.name])
         return PlainTextResponse("ok")
 

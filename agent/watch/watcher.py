@@ -48,7 +48,7 @@ logger = logging.getLogger("alicia.watch")
 
 AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
 _AGENT: Final = api.ParticipantInfo.Kind.AGENT
-_STALE_EVERY_S: Final = 0.5
+_STALE_EVERY_S: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +145,7 @@ class Watcher:
         while True:
             with contextlib.suppress(Exception):
                 stale = await self.leases.stale(self.settings.heartbeat_timeout_s)
-                for lease in stale:
-                    await self._check(lease.conversation_id)
+                await asyncio.gather(*(self._check(lease.conversation_id) for lease in stale))
             await asyncio.sleep(_STALE_EVERY_S)
 
     async def _poll_loop(self) -> None:
@@ -165,8 +164,7 @@ class Watcher:
             await self._wake.wait()
             self._wake.clear()
             rooms, self._pending = self._pending, set()
-            for room in rooms:
-                await self._check(room)
+            await asyncio.gather(*(self._check(room) for room in rooms))
 
     # -- one room ---------------------------------------------------------------------
 

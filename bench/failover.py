@@ -1,0 +1,149 @@
+"""Takeover time after ``kill -9`` of a worker: rooms mid-turn, failover on LiveKit's own
+dispatch, measured at the clients.
+
+Run: ``.venv/bin/python bench/failover.py`` (about a minute; ``--rooms N``). All real, on
+127.0.0.1: livekit-server (harness, webhooks to the watcher), a throwaway Postgres, the
+recorded-stream LLM in its own process (each turn slowed to about 35 s so it is cut
+mid-answer), the watcher (``python -m alicia.agent.watch``) and two workers
+(``python -m alicia.agent start`` with ``ALICIA_FAILOVER=true``, explicit dispatch, the
+thread job executor).
+
+The first worker takes every room (the second starts only afterwards); each room has
+one client (``tests/failover_helpers.FollowingClient``: trusts only agent participants,
+resumes with a new one). Once every room has streamed a step, the first worker's process
+group gets SIGKILL at t0. Per room, the takeover time is from t0 to the moment the new
+agent answered the client's resume (its Configuration reply); ``gaps`` and
+``duplicates`` compare, per client, the server stanzas received with the envelopes the
+sent log holds for it (``alicia_sent_log``: what any agent sent it, by recipient and
+level).
+
+Caveats: the heartbeat timeout (``ALICIA_HEARTBEAT_TIMEOUT``, 1.5 s) bounds detection from
+below; a shared 2-core machine hosts everything at once.
+
+Last line: ``RESULT rooms=<n> takeover_p50_s=<x> takeover_max_s=<x> gaps=<n>
+duplicates=<n>`` (target: max <= 5 s, 0 gaps, 0 duplicates).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from alicia.harness import LiveKitServer, PostgresServer
+from alicia.harness.ports import free_port
+from alicia.harness.recorded_llm import load_manifest
+from alicia.protocol import ReasoningStep
+from bench._stats import percentile
+from tests.failover_helpers import FollowingClient, following_client, logged_for, running_watcher
+from tests.storage_db import new_database
+from tests.worker_proc import running_worker
+
+ROOT = Path(__file__).resolve().parent.parent
+STREAM = "deepseek_reasoning_content"
+
+
+@contextlib.asynccontextmanager
+async def llm_process(chunk_delay: float) -> AsyncIterator[str]:
+    """``python -m alicia.harness.recorded_llm`` in its own process; its base URL."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "alicia.harness.recorded_llm", "--port", str(port),
+        "--chunk-delay", str(chunk_delay), "--default", STREAM,
+        cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def bench(rooms: int) -> None:
+    """One takeover of ``rooms`` rooms; print the figures and the RESULT line."""
+    port = free_port()
+    with (
+        LiveKitServer(webhooks=[f"http://127.0.0.1:{port}/webhook"]) as livekit,
+        PostgresServer() as postgres,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        url = await new_database("postgres", postgres, Path(tmp), "failover")
+        env = {
+            "DATABASE_URL": url,
+            "ALICIA_FAILOVER": "true",
+            "ALICIA_AGENT_NAME": "alicia",
+            "ALICIA_JOB_EXECUTOR": "thread",
+            "ALICIA_LOAD_THRESHOLD": "inf",
+        }
+        question = load_manifest()[STREAM].user
+        async with contextlib.AsyncExitStack() as stack:
+            llm = await stack.enter_async_context(llm_process(0.1))  # a turn: about 35 s
+            await stack.enter_async_context(running_watcher(livekit, url, port=port))
+            first = await stack.enter_async_context(running_worker(livekit, llm, env=env))
+            cut: list[tuple[str, FollowingClient]] = []
+            for i in range(rooms):
+                room = f"bench-{i}"
+                client = await stack.enter_async_context(
+                    following_client(livekit, room, f"user{i}")
+                )
+                cut.append((room, client))
+            for _, client in cut:
+                await client.wait_for_agent(60)
+                await client.handshake()
+                await client.ask(question)
+            for _, client in cut:
+                await client.wait_for(ReasoningStep, within=60)
+            await stack.enter_async_context(running_worker(livekit, llm, env=env))
+            t0 = time.monotonic()
+            os.killpg(first.proc.pid, signal.SIGKILL)
+            async with asyncio.timeout(120):
+                while not all(client.resumed for _, client in cut):  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            times = [client.resumed[0] - t0 for _, client in cut]
+            await asyncio.sleep(2.0)  # anything still in flight reaches the clients
+            gaps = duplicates = 0
+            for i, (room, client) in enumerate(cut):
+                got = [-e.stanza_id for e in client.box]
+                duplicates += sum(n - 1 for n in Counter(got).values())
+                expected = set(await logged_for(url, room, f"user{i}", "full"))
+                gaps += len(expected - set(got))
+    p50, worst = percentile(times, 50), max(times)
+    print(f"takeover per room (s): {' '.join(f'{t:.2f}' for t in sorted(times))}")
+    print(
+        f"RESULT rooms={rooms} takeover_p50_s={p50:.2f} takeover_max_s={worst:.2f} "
+        f"gaps={gaps} duplicates={duplicates}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rooms", type=int, default=10, help="rooms cut mid-turn")
+    args = parser.parse_args(argv)
+    print(
+        f"Python {sys.version.split()[0]} on {platform.machine()}, {os.cpu_count()} CPUs; "
+        f"{args.rooms} rooms, kill -9 of the worker holding them"
+    )
+    asyncio.run(bench(args.rooms))
+
+
+if __name__ == "__main__":
+    main()
