@@ -212,6 +212,7 @@ async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Pat
         "avg_first_reasoning_ms",
         "max_first_reasoning_ms",
     ]
+    await migrate(empty_url)  # the writer writes today's rows (later columns too)
     await populate(empty_url, tmp_path)
     cid = "conv_migr"
     final = envelope(

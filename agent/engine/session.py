@@ -424,7 +424,8 @@ class ProtocolSession:
             )
         p.apply_features(body.features)
         reply = Configuration(conversation_id=self.id, features=self._features_for(p))
-        seen = max(abs(body.last_sequence_seen), p.resumed_to) if body.last_sequence_seen else 0
+        seen = abs(body.last_sequence_seen or 0)
+        asked, seen = seen, p.resumed[1] if seen and seen == p.resumed[0] else seen
         if body.conversation_id != self.id or seen == 0:
             p.configured = True
             await self.outbox.send(reply, [p.identity])
@@ -444,7 +445,7 @@ class ProtocolSession:
                 self._refuse("replay_budget", p.identity)
                 raise
             p.configured = True
-            p.resumed_to = out.last
+            p.resumed = (asked, out.last)
             ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
             await out.emit(ack, [p.identity], None)
             await out.emit(reply, [p.identity], None)
