@@ -1,34 +1,76 @@
-"""Rooms per worker: ONE worker process, N concurrent rooms each streaming reasoning.
+"""Rooms per worker: ONE worker process, N rooms, each streaming an LLM turn token by token.
 
-Run: ``.venv/bin/python bench/rooms.py`` (a few minutes; ``--rooms 10,50,100`` picks
-the trials, which stop at the first failure unless ``--keep-going``). All real, on
-127.0.0.1: livekit-server (harness), the recorded-stream LLM in its own process
-(endless reasoning, ``--rate`` steps/s per stream), and per trial a fresh worker
-process ``python -m alicia.agent start`` with ``ALICIA_JOB_EXECUTOR=thread``:
-livekit-agents runs every job (room) of the worker as a thread of that one process, so
-all N rooms are served by one process (the default executor would fork a process per
-room). ``ALICIA_MAX_ROOMS=2N`` and ``ALICIA_LOAD_THRESHOLD=inf`` keep the worker taking
-rooms on a busy machine (its load is then rooms served / 2N, not the machine's CPU use).
+Run: ``.venv/bin/python bench/rooms.py`` (several minutes; ``--rooms 25,50,100`` picks the
+trials, which stop at the first failing one unless ``--keep-going``). All real, on
+127.0.0.1, all on this machine: livekit-server (harness), the recorded-stream LLM in its
+own process, the agent, and client processes (``rtc.Room``, up to 25 rooms each, one
+client per room).
 
-Per trial, N clients (``rtc.Room``, in client processes of up to 25 rooms each) join N
-rooms, handshake, and each sends one UserMessage; once every room streams, steps are
-measured for ``--seconds``. Then every client sends ControlStop and waits for the
-Acknowledgement that follows the turn's end (the data channel is reliable and ordered,
-so every step sent before it has arrived by then).
+**The load.** Models send tokens, and a paragraph-sized step every second or two. The
+recorded LLM serves its ``token_turn`` stream (``alicia.harness.recorded_llm``): one SSE
+chunk per token, vLLM-shaped (``delta.reasoning``, then ``delta.content``), at ``--rate``
+tokens/s per room (default 50) on an absolute schedule; ``--paragraphs`` reasoning
+paragraphs of about 60 tokens (so a step every 1.2 s), then a three-sentence answer, then
+``[DONE]``: 288 chunks, 5.8 s per turn with 4 paragraphs. Each client sends a UserMessage,
+receives the ReasoningSteps, StartAnswer and AssistantSentences, and sends the next
+UserMessage as soon as the final sentence arrives (each room's first turn starts at a
+random point of one turn's length, so rooms do not run in step).
 
-* lost: per room, stepIndex values missing from 1..highest received;
-* reordered: steps arriving with a stepIndex not above the previous one;
-* p99: delivery latency (client decode time minus the worker's segment-close stamp,
-  ``meta["alicia.closedMonoNs"]``, CLOCK_MONOTONIC across processes) in the window;
-* steps_per_s: steps received in the window / window length (all rooms).
+**Per trial**, two agents serve N rooms each, one after the other, under the same load:
 
-A trial passes with every room streaming, zero lost, zero reordered, p99 < 100 ms and
-at least 90 % of the nominal ``N * rate`` steps/s (a worker that falls behind the LLM
-would otherwise hide its backlog from the latency figure). Caveats: a shared 2-core
-machine hosts livekit-server, the worker, the LLM server and the clients at once.
+* **worker**: a fresh ``python -m alicia.agent start`` with ``ALICIA_JOB_EXECUTOR=thread``
+  (every room a job thread of that one process, text rooms on one shared event loop),
+  ``ALICIA_MAX_ROOMS=2N`` and ``ALICIA_LOAD_THRESHOLD=inf`` (it keeps taking rooms on a
+  busy machine), ``ALICIA_STEP_MAX_DELAY=5`` (steps are the paragraphs; with the default
+  1 s a 1.2 s paragraph is cut at a sentence end by the time rule instead, which changes
+  the step count, not the per-token work), ``ALICIA_TIMING_META=true``;
+* **floor** (``--floor`` helper): a bare script, its own process, that joins the N rooms as
+  an agent participant (sequential connects, rooms routed by ``ffi_routing.route_room``
+  as the worker's are), answers each Configuration, and per UserMessage requests the same
+  stream with aiohttp, decodes each SSE event with msgspec, and publishes the same encoded
+  envelopes (ReasoningStep per paragraph with the same timing meta, StartAnswer,
+  AssistantSentence per sentence, the last final) with ``ffi_routing.publish``, the
+  worker's ``publish_data`` path. No protocol session, storage, history or checks: the
+  least any agent must do for this traffic.
 
-Last line: ``RESULT rooms=<N> steps_per_s=<x> lost=<n> reordered=<n> p99_ms=<x>`` for
-the largest passing N (``rooms=0`` and the smallest trial's figures if none passed).
+Once every room streams, ``--warmup`` seconds pass, then a ``--seconds`` window; then
+clients send no new turns and wait for the turn under way to end.
+
+* **step delivery** = the client's ``time.monotonic_ns()`` right after decoding a
+  ReasoningStep minus the LLM server's ``time.monotonic_ns()`` just before it wrote the
+  step's last token (the ``"\\n\\n"`` chunk that closes the paragraph) to the socket.
+  The LLM server reports each closing chunk by room (the user text names the room and the
+  turn), turn and paragraph; CLOCK_MONOTONIC is one clock for every process on a Linux
+  host. p50/p99 over the steps received in the window;
+* **lost**: closing chunks written with no step received for them by the end (every turn
+  runs to its end), plus steps received that match no closing chunk or whose text is not
+  the paragraph (``mismatched`` is shown apart); **reordered**: per room, steps not
+  arriving in (turn, stepIndex) order; **bad answers**: turns whose StartAnswer or
+  AssistantSentence sequence was wrong;
+* **tokens_per_s**: tokens the LLM server wrote in the window / window (all rooms);
+* **CPU ms per room-second**: the agent process's user + system CPU time
+  (``/proc/<pid>/stat``, all threads, 10 ms ticks) over the window / (N x window), x 1000;
+* **RSS MB per room** (worker): its ``VmRSS`` at the end of the window minus its
+  ``VmRSS`` once registered, before any room, / N.
+
+Each trial line also shows the worker's CPU with no room (2 s before the clients join:
+its fixed cost, inside the per-room figure) and the cores each process group used over
+the window (agent, LLM server, clients, livekit-server): where the machine's time goes.
+
+A trial passes with every room streaming, zero lost, reordered, mismatched and bad
+answers, worker p99 < 150 ms, and at least 90 % of the nominal N x rate tokens/s (a machine
+too busy to keep the LLM's pace would otherwise lighten the load it measures).
+Caveats: a shared 2-core machine hosts livekit-server, the LLM server, the agent and
+the clients at once, so every figure includes their competition for CPU.
+
+Last line: ``RESULT rooms=<N> tokens_per_s=<x> lost=<n> reordered=<n> p99_ms=<x>
+cpu_ms_per_room_s=<x> floor_cpu_ms_per_room_s=<x> rss_mb_per_room=<x>`` for the largest
+passing N (``rooms=0`` and the smallest trial's figures if none passed).
+
+``--packets`` keeps the earlier per-packet trial: the endless stream at ``--rate`` whole
+steps/s per room (default 20), one chunk of 25 tokens per step; steps timed from the
+worker's segment-close stamp; it passes with p99 < 100 ms and 90 % of the nominal steps/s.
+Its last line: ``RESULT rooms=<N> steps_per_s=<x> lost=<n> reordered=<n> p99_ms=<x>``.
 """
 
 from __future__ import annotations
@@ -40,57 +82,815 @@ import itertools
 import json
 import os
 import platform
+import random
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from livekit import rtc
+import aiohttp
+import msgspec
+from livekit import api, rtc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from alicia.agent.engine.conversation import META_CLOSED_AT
-from alicia.agent.rooms.ffi_routing import route_room, stop_capturing_native_logs
+from alicia.agent.rooms.ffi_routing import publish, route_room, stop_capturing_native_logs
 from alicia.harness import LiveKitServer
-from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM
+from alicia.harness.recorded_llm import (
+    ENDLESS,
+    TOKEN_TURN,
+    TURN_PARAGRAPHS,
+    Play,
+    RecordedLLM,
+)
 from alicia.protocol import (
     DATA_TOPIC,
     Acknowledgement,
+    AssistantSentence,
     Configuration,
     ControlStop,
+    ErrorMessage,
     ReasoningStep,
     StanzaCounter,
+    StartAnswer,
     UserMessage,
     decode,
     encode,
     envelope,
     new_id,
 )
-from bench._stats import percentile
+from bench._stats import cpu_seconds, percentile, rss_bytes
 from tests.worker_proc import running_worker
 
-TOKENS_PER_STEP = 25  # the endless stream's paragraphs average 25 tokens with the "\n\n"
+TOKENS_PER_STEP = 25  # --packets: the endless stream's paragraphs average 25 tokens
 ROOMS_PER_CLIENT_PROCESS = 25
+MODEL = "recorded-model"  # the LLM_MODEL tests/worker_proc.py gives the worker
+P99_LIMIT_MS = 150.0
+FEATURES = ["reasoning_step_display", "streaming"]
+
+# Markers in the LLM server's events (json.dumps with compact separators).
+_TOKEN_EVENT = ('"delta":{"reasoning":', '"delta":{"content":')
+_CLOSER = '"delta":{"reasoning":"\\n\\n"}'
 
 
-# -- LLM server process ----------------------------------------------------------------
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")
 
 
-async def llm_server(plays: int, rate: float) -> None:
+async def _flush_forever(period: float = 0.2) -> None:
+    while True:
+        sys.stdout.flush()
+        await asyncio.sleep(period)
+
+
+# -- LLM server process (token level) -----------------------------------------------------
+
+
+async def token_llm_server(rate: float, paragraphs: int) -> None:
+    """Serve ``token_turn`` at ``rate`` tokens/s to every request for :data:`MODEL`.
+
+    stdout: the base URL (JSON), then ``S <room> <turn> <step> <ns>`` per closing chunk
+    written and ``T <ns> <tokens written so far>`` every 0.25 s.
+    """
+    tokens = 0
+
+    def on_stream(body: Mapping[str, Any], stream: str) -> Callable[[str, int], None] | None:
+        users = [m for m in body.get("messages") or () if m.get("role") == "user"]
+        words = str(users[-1].get("content", "")).split() if users else []
+        if stream != TOKEN_TURN or len(words) != 2:
+            return None
+        room, turn = words
+        step = 0
+
+        def on_event(event: str, ns: int) -> None:
+            nonlocal tokens, step
+            if _TOKEN_EVENT[0] in event or _TOKEN_EVENT[1] in event:
+                tokens += 1
+                if _CLOSER in event:
+                    step += 1
+                    _out(f"S {room} {turn} {step} {ns}")
+
+        return on_event
+
+    async with RecordedLLM(on_stream=on_stream) as llm:
+        llm.route_model(MODEL, Play(TOKEN_TURN, chunk_delay=1.0 / rate, paragraphs=paragraphs))
+        _out(json.dumps({"url": llm.base_url}))
+        sys.stdout.flush()
+        while True:
+            await asyncio.sleep(0.25)
+            _out(f"T {time.monotonic_ns()} {tokens}")
+            sys.stdout.flush()
+
+
+# -- client process (token level) ----------------------------------------------------------
+
+
+@dataclass
+class TurnClient:
+    """One client in one room: handshake, then turn after turn until told to stop.
+
+    stdout: ``R <room> <turn> <stepIndex> <recv ns> <closed ns> <text ok>`` per step,
+    ``A <room> <turn> <steps> <answer ok>`` per finished turn, ``X <room> <code>`` per
+    ErrorMessage.
+    """
+
+    name: str
+    turn_s: float
+    room: rtc.Room = field(default_factory=rtc.Room)
+    agent: str = ""
+    counter: StanzaCounter = field(default_factory=lambda: StanzaCounter("client"))
+    turn: int = 0
+    turns: dict[str, int] = field(default_factory=dict)  # UserMessage id -> turn number
+    steps: int = 0
+    sentences: int = 0
+    answer_ok: bool = True
+    answering: bool = False
+    stopping: bool = False
+    in_turn: bool = False
+    configured: asyncio.Event = field(default_factory=asyncio.Event)
+    first_step: asyncio.Event = field(default_factory=asyncio.Event)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def on_data(self, packet: rtc.DataPacket) -> None:
+        if packet.topic != DATA_TOPIC:
+            return
+        env = decode(packet.data)
+        now = time.monotonic_ns()
+        body = env.body
+        if isinstance(body, ReasoningStep):
+            turn = self.turns.get(body.previous_id, -1)
+            index = body.step_index
+            closed = env.meta.get(META_CLOSED_AT, 0) if env.meta else 0
+            ok = body.content == TURN_PARAGRAPHS[(index - 1) % len(TURN_PARAGRAPHS)]
+            _out(f"R {self.name} {turn} {index} {now} {closed} {int(ok)}")
+            if self.answering:
+                self.answer_ok = False  # a step after the answer began
+            self.steps += 1
+            self.first_step.set()
+        elif isinstance(body, StartAnswer):
+            if self.answering:
+                self.answer_ok = False
+            self.answering = True
+        elif isinstance(body, AssistantSentence):
+            self.sentences += 1
+            if not self.answering or body.sequence != self.sentences:
+                self.answer_ok = False
+            if body.is_final:
+                self._turn_done()
+        elif isinstance(body, Configuration):
+            self.configured.set()
+        elif isinstance(body, ErrorMessage):
+            _out(f"X {self.name} {body.code}")
+
+    def _turn_done(self) -> None:
+        _out(f"A {self.name} {self.turn} {self.steps} {int(self.answer_ok)}")
+        self.in_turn = False
+        if self.stopping:
+            self.idle.set()
+        else:
+            asyncio.get_running_loop().create_task(self.next_turn())
+
+    async def next_turn(self) -> None:
+        self.turn += 1
+        self.steps = self.sentences = 0
+        self.answer_ok, self.answering, self.in_turn = True, False, True
+        message = UserMessage(
+            id=new_id("msg"), conversation_id=self.name, content=f"{self.name} {self.turn}"
+        )
+        self.turns[message.id] = self.turn
+        await self.send(message)
+
+    def stop(self) -> None:
+        self.stopping = True
+        if not self.in_turn:
+            self.idle.set()
+
+    async def send(self, body: Any) -> None:
+        data = encode(envelope(body, stanza_id=self.counter.next(), conversation_id=self.name))
+        await publish(self.room, data, [self.agent], DATA_TOPIC)
+
+    async def start(self, url: str, token: str) -> None:
+        self.room.on("data_received", self.on_data)
+        await self.room.connect(url, token)
+        route_room(self.room)  # many rooms in this process: see agent/rooms/ffi_routing.py
+        stop_capturing_native_logs()  # as the worker does by default
+        async with asyncio.timeout(120):
+            while not self.agent:
+                for p in self.room.remote_participants.values():
+                    if p.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+                        self.agent = p.identity
+                await asyncio.sleep(0.05)
+            while not self.configured.is_set():  # repeat: the first packets may be lost
+                await self.send(Configuration(features=FEATURES))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.configured.wait(), 1.0)
+        await asyncio.sleep(random.uniform(0.0, self.turn_s))  # rooms out of step
+        await self.next_turn()
+
+
+async def turn_clients(url: str, tokens: list[tuple[str, str]], turn_s: float) -> None:
+    """Run some rooms' clients. stdout: ``READY <n>`` once every room streams, the lines
+    of :class:`TurnClient`, then ``DONE <rooms still in a turn>`` after ``STOP`` on stdin."""
+    os.environ.setdefault("RUST_LOG", "warn")
+    flusher = asyncio.create_task(_flush_forever())
+    clients = [TurnClient(name, turn_s) for name, _ in tokens]
+    try:
+        await asyncio.gather(
+            *(c.start(url, tok) for c, (_, tok) in zip(clients, tokens, strict=True))
+        )
+        await asyncio.wait_for(asyncio.gather(*(c.first_step.wait() for c in clients)), 120)
+    except TimeoutError:
+        states = [(bool(c.agent), c.configured.is_set(), c.first_step.is_set()) for c in clients]
+        print("clients stuck (agent, configured, streaming):", states, file=sys.stderr)
+        raise
+    _out(f"READY {len(clients)}")
+    sys.stdout.flush()
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # STOP
+    for c in clients:
+        c.stop()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*(c.idle.wait() for c in clients)), 60)
+    flusher.cancel()
+    _out(f"DONE {sum(not c.idle.is_set() for c in clients)}")
+    sys.stdout.flush()
+    await asyncio.gather(*(c.room.disconnect() for c in clients))
+
+
+# -- the floor: decode and publish, nothing else -------------------------------------------
+
+
+class _FloorDelta(msgspec.Struct):
+    reasoning: str | None = None
+    content: str | None = None
+
+
+class _FloorChoice(msgspec.Struct):
+    delta: _FloorDelta | None = None
+
+
+class _FloorChunk(msgspec.Struct):
+    choices: list[_FloorChoice] = []
+
+
+_floor_chunk = msgspec.json.Decoder(_FloorChunk)
+
+
+class FloorRoom:
+    """The floor's side of one room: the same envelopes as the worker, no protocol logic."""
+
+    def __init__(self, name: str, session: aiohttp.ClientSession, base_url: str) -> None:
+        self.name = name
+        self.room = rtc.Room()
+        self.counter = StanzaCounter("server")
+        self._session = session
+        self._url = base_url + "/chat/completions"
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.room.on("data_received", self._on_data)
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        if packet.topic != DATA_TOPIC or packet.participant is None:
+            return
+        body = decode(packet.data).body
+        who = packet.participant.identity
+        if isinstance(body, Configuration):
+            self._spawn(self.send(Configuration(conversation_id=self.name), [who]))
+        elif isinstance(body, UserMessage):
+            self._spawn(self.turn(body, who))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def send(self, body: Any, to: list[str], meta: dict[str, Any] | None = None) -> None:
+        env = envelope(body, stanza_id=self.counter.next(), conversation_id=self.name, meta=meta)
+        await publish(self.room, encode(env), to, DATA_TOPIC)
+
+    async def turn(self, message: UserMessage, who: str) -> None:
+        request = {
+            "model": MODEL,
+            "stream": True,
+            "messages": [
+                {"role": "system", "content": "You are helpful."},
+                {"role": "user", "content": message.content},
+            ],
+        }
+        to = [who]
+        reasoning = answer = ""
+        index = sequence = 0
+        answer_id = ""
+        async with self._session.post(self._url, json=request) as response:
+            buffer = b""
+            async for data in response.content.iter_any():
+                buffer += data
+                *events, buffer = buffer.split(b"\n\n")
+                for event in events:
+                    if not event.startswith(b"data: ") or event == b"data: [DONE]":
+                        continue
+                    chunk = _floor_chunk.decode(event[6:])
+                    delta = chunk.choices[0].delta if chunk.choices else None
+                    if delta is None:
+                        continue
+                    if delta.reasoning:
+                        reasoning += delta.reasoning
+                        while "\n\n" in reasoning:
+                            paragraph, reasoning = reasoning.split("\n\n", 1)
+                            if paragraph.strip():
+                                index += 1
+                                step = ReasoningStep(
+                                    id=new_id("rs"),
+                                    conversation_id=self.name,
+                                    previous_id=message.id,
+                                    content=paragraph.strip(),
+                                    step_index=index,
+                                )
+                                meta = {META_CLOSED_AT: time.monotonic_ns()}
+                                await self.send(step, to, meta)
+                    if delta.content:
+                        if not answer_id:
+                            answer_id = new_id("msg")
+                            start = StartAnswer(
+                                id=answer_id,
+                                previous_id=message.id,
+                                conversation_id=self.name,
+                                answer_type="text",
+                            )
+                            await self.send(start, to, {"model": MODEL})
+                        answer += delta.content
+                        while ". " in answer:
+                            sentence, answer = answer.split(". ", 1)
+                            sequence += 1
+                            await self.send(self._sentence(answer_id, sequence, sentence + "."), to)
+        if not answer_id:
+            answer_id = new_id("msg")
+            start = StartAnswer(id=answer_id, previous_id=message.id, conversation_id=self.name)
+            await self.send(start, to, {"model": MODEL})
+        sequence += 1
+        await self.send(self._sentence(answer_id, sequence, answer.strip(), final=True), to)
+
+    def _sentence(self, answer: str, sequence: int, text: str, final: bool = False) -> Any:
+        return AssistantSentence(
+            id=new_id("sent"),
+            previous_id=answer,
+            conversation_id=self.name,
+            sequence=sequence,
+            text=text,
+            is_final=True if final else None,
+        )
+
+
+async def floor_process(url: str, base_url: str, tokens: list[tuple[str, str]]) -> None:
+    """Join every room (one at a time, as the worker does), print ``READY``, serve."""
+    os.environ.setdefault("RUST_LOG", "warn")
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        rooms = [FloorRoom(name, session, base_url) for name, _ in tokens]
+        for floor, (_, token) in zip(rooms, tokens, strict=True):
+            await floor.room.connect(url, token, rtc.RoomOptions(auto_subscribe=False))
+            route_room(floor.room)
+            stop_capturing_native_logs()
+        print("READY", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        await asyncio.gather(*(f.room.disconnect() for f in rooms))
+
+
+def agent_token(server: LiveKitServer, identity: str, room: str) -> str:
+    """A join token of participant kind ``agent`` (clients look for that kind)."""
+    grants = api.VideoGrants(room_join=True, room=room, agent=True)
+    tok = api.AccessToken(server.api_key, server.api_secret).with_identity(identity)
+    return tok.with_kind("agent").with_name(identity).with_grants(grants).to_jwt()
+
+
+# -- orchestration (token level) -------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def spawn(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """This script in a helper mode, as a child process with pipes."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        limit=2**28,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+async def _lines(proc: asyncio.subprocess.Process) -> AsyncIterator[str]:
+    assert proc.stdout is not None
+    while line := await proc.stdout.readline():
+        yield line.decode().rstrip("\n")
+
+
+@dataclass
+class Joined:
+    """The LLM's closing chunks joined with the clients' steps, as they arrive."""
+
+    sent: dict[tuple[str, int, int], int] = field(default_factory=dict)  # key -> write ns
+    received: dict[tuple[str, int, int], tuple[int, int]] = field(default_factory=dict)
+    samples: list[tuple[int, float, float]] = field(default_factory=list)
+    """(receive ns, LLM write -> client ms, agent close -> client ms) per matched step."""
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)  # room -> last key seen
+    reordered: int = 0
+    mismatched: int = 0
+    bad_answers: int = 0
+    turns: int = 0
+    errors: int = 0
+    tokens: list[tuple[int, int]] = field(default_factory=list)  # (ns, tokens written)
+
+    def llm_line(self, line: str) -> None:
+        kind, *rest = line.split()
+        if kind == "S":
+            room, turn, step, ns = rest
+            key = (room, int(turn), int(step))
+            got = self.received.pop(key, None)
+            if got is None:
+                self.sent[key] = int(ns)
+            else:
+                self._match(int(ns), *got)
+        elif kind == "T":
+            self.tokens.append((int(rest[0]), int(rest[1])))
+
+    def client_line(self, line: str) -> None:
+        kind, *rest = line.split()
+        if kind == "R":
+            room, turn, index, recv, closed, ok = rest
+            key = (room, int(turn), int(index))
+            order = (key[1], key[2])
+            if room in self.last and order <= self.last[room]:
+                self.reordered += 1
+            self.last[room] = order
+            if ok != "1":
+                self.mismatched += 1
+            sent = self.sent.pop(key, None)
+            if sent is None:
+                self.received[key] = (int(recv), int(closed))
+            else:
+                self._match(sent, int(recv), int(closed))
+        elif kind == "A":
+            self.turns += 1
+            self.bad_answers += rest[3] != "1"
+        elif kind == "X":
+            self.errors += 1
+
+    def _match(self, sent: int, recv: int, closed: int) -> None:
+        close_ms = (recv - closed) / 1e6 if closed else float("nan")
+        self.samples.append((recv, (recv - sent) / 1e6, close_ms))
+
+    def latencies(self, start: int, end: int) -> tuple[list[float], list[float]]:
+        """(LLM -> client, agent close -> client) ms of the steps received in [start, end)."""
+        inside = [s for s in self.samples if start <= s[0] < end]
+        return [s[1] for s in inside], [s[2] for s in inside if s[2] == s[2]]
+
+    def tokens_between(self, start: int, end: int) -> float:
+        """Tokens written in [start, end), interpolated between the LLM's counter samples."""
+        return _at(self.tokens, end) - _at(self.tokens, start)
+
+    def lost(self) -> int:
+        """Closing chunks never received, plus steps that match no closing chunk."""
+        return len(self.sent) + len(self.received)
+
+
+def _cpu_or_zero(pid: int) -> float:
+    try:
+        return cpu_seconds(pid)
+    except OSError:  # that process has ended
+        return 0.0
+
+
+def _at(samples: list[tuple[int, int]], t: int) -> float:
+    if not samples:
+        return 0.0
+    for (t0, v0), (t1, v1) in itertools.pairwise(samples):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / max(1, t1 - t0)
+    return float(samples[0][1] if t < samples[0][0] else samples[-1][1])
+
+
+class Load:
+    """The realistic load on one agent (the worker, or the floor) in ``rooms`` rooms.
+
+    ``async with Load(...) as load``: the LLM server, the agent, then the clients; every
+    room streams when it returns. :meth:`stop` ends the turns (each runs to its end);
+    :attr:`joined` holds the results so far. :attr:`pid` is the agent process.
+    """
+
+    def __init__(
+        self,
+        server: LiveKitServer,
+        rooms: int,
+        *,
+        rate: float,
+        paragraphs: int,
+        agent: str = "worker",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.server = server
+        self.rooms = rooms
+        self.rate = rate
+        self.paragraphs = paragraphs
+        self.agent = agent
+        self.env = dict(env or {})
+        self.names = [new_id("conv") for _ in range(rooms)]
+        self.joined = Joined()
+        self.pid = 0
+        self.llm_pid = 0
+        self.rss_before = 0
+        self.idle_cpu_ms_per_s = float("nan")
+        """The worker's CPU ms per second before any room (2 s): its fixed cost."""
+        self.streaming = 0
+        self.unfinished = 0
+        self.worker_log: Path | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._clients: list[asyncio.subprocess.Process] = []
+        self._agent_proc: asyncio.subprocess.Process | None = None
+        self._readers: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+        self._ready_procs = 0
+
+    @property
+    def turn_s(self) -> float:
+        return (self.paragraphs * 61 + 42) / self.rate
+
+    async def __aenter__(self) -> Load:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        floor = self._agent_proc
+        if floor is not None and floor.stdin is not None and floor.returncode is None:
+            with contextlib.suppress(ConnectionError):  # leave the rooms, then exit
+                floor.stdin.write(b"STOP\n")
+                await floor.stdin.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(floor.wait(), 30)
+        for task in self._readers:
+            task.cancel()
+        await asyncio.gather(*self._readers, return_exceptions=True)
+        await self._stack.aclose()
+
+    async def _start(self) -> None:
+        stack = self._stack
+        llm = await stack.enter_async_context(
+            spawn("--token-llm", str(self.rate), str(self.paragraphs))
+        )
+        assert llm.stdout is not None
+        self.llm_pid = llm.pid
+        base_url = json.loads(await llm.stdout.readline())["url"]
+        self._readers.append(asyncio.create_task(self._read(llm, self.joined.llm_line)))
+        if self.agent == "worker":
+            env = {
+                "ALICIA_JOB_EXECUTOR": "thread",
+                # Load = rooms served / ALICIA_MAX_ROOMS, not the machine's CPU use (which
+                # passes livekit-server's target on this shared box: "no servers available").
+                "ALICIA_MAX_ROOMS": str(2 * self.rooms),
+                # Never full: a burst of requests on an empty worker would mark it full.
+                "ALICIA_LOAD_THRESHOLD": "inf",
+                "ALICIA_TIMING_META": "true",
+                "ALICIA_STEP_MAX_DELAY": "5",
+                # livekit-agents' loop monitor: 2 wake-ups every 20-50 ms per job loop.
+                "LIVEKIT_AGENTS_LOOP_BLOCK_WARN_MS": "0",
+                **self.env,
+            }
+            worker = await stack.enter_async_context(running_worker(self.server, base_url, env=env))
+            self.pid = worker.proc.pid
+            self.worker_log = worker.log_path
+            stack.callback(keep_log, worker.log_path, self.rooms)
+        else:
+            tokens = [[n, agent_token(self.server, f"floor-{n}", n)] for n in self.names]
+            floor = await stack.enter_async_context(
+                spawn("--floor", self.server.url, base_url, json.dumps(tokens))
+            )
+            self._agent_proc = floor
+            self.pid = floor.pid
+        await asyncio.sleep(1.0)  # settle before the baseline
+        self.rss_before = rss_bytes(self.pid)
+        if self._agent_proc is None:  # the worker with no room: its fixed CPU cost
+            cpu = cpu_seconds(self.pid)
+            await asyncio.sleep(2.0)
+            self.idle_cpu_ms_per_s = (cpu_seconds(self.pid) - cpu) * 1000 / 2.0
+        if self._agent_proc is not None:  # the floor joins its rooms before the clients
+            assert self._agent_proc.stdout is not None
+            line = await asyncio.wait_for(self._agent_proc.stdout.readline(), 300)
+            if line.strip() != b"READY":
+                raise RuntimeError("the floor did not join its rooms")
+        for i in range(0, self.rooms, ROOMS_PER_CLIENT_PROCESS):
+            chunk = self.names[i : i + ROOMS_PER_CLIENT_PROCESS]
+            tokens = [[n, self.server.token(f"client-{n}", n)] for n in chunk]
+            proc = await stack.enter_async_context(
+                spawn("--token-clients", self.server.url, json.dumps(tokens), str(self.turn_s))
+            )
+            self._clients.append(proc)
+            self._readers.append(asyncio.create_task(self._read(proc, self.joined.client_line)))
+        with contextlib.suppress(TimeoutError):  # a client process that failed: not streaming
+            await asyncio.wait_for(self._ready.wait(), 300)
+
+    async def _read(self, proc: asyncio.subprocess.Process, handle: Callable[[str], None]) -> None:
+        ready = proc not in self._clients  # the LLM server: nothing to wait for
+        async for line in _lines(proc):
+            if line.startswith("READY "):
+                self.streaming += int(line.split()[1])
+                ready = True
+                self._one_ready()
+            elif line.startswith("DONE "):
+                self.unfinished += int(line.split()[1])
+            elif line and line[0] in "SRTAX":
+                handle(line)
+        if not ready:  # a client process that failed: READY will not come
+            self._one_ready()
+
+    def _one_ready(self) -> None:
+        self._ready_procs += 1
+        if self._ready_procs == -(-self.rooms // ROOMS_PER_CLIENT_PROCESS):
+            self._ready.set()
+
+    def cpu_split(self) -> dict[str, float]:
+        """CPU seconds so far of the agent, the LLM server, the clients and livekit-server."""
+        server: Any = getattr(self.server, "_proc", None)
+        pids = {
+            "agent": [self.pid],
+            "llm": [self.llm_pid],
+            "clients": [p.pid for p in self._clients if p.returncode is None],
+            "server": [server.pid] if server is not None else [],
+        }
+        return {k: sum(_cpu_or_zero(p) for p in v) for k, v in pids.items()}
+
+    def alive(self) -> bool:
+        """The agent process still runs."""
+        return Path(f"/proc/{self.pid}").exists()
+
+    async def stop(self) -> None:
+        """No new turns; wait until each room's turn under way has ended (or 60 s)."""
+        for proc in self._clients:
+            assert proc.stdin is not None
+            with contextlib.suppress(ConnectionError):
+                proc.stdin.write(b"STOP\n")
+                await proc.stdin.drain()
+        for proc in self._clients:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 120)
+        await asyncio.sleep(0.6)  # the LLM's last closing chunks (flushed every 0.2 s)
+
+
+@dataclass
+class TokenTrial:
+    agent: str
+    rooms: int
+    streaming: int
+    tokens_per_s: float
+    steps: int
+    lost: int
+    reordered: int
+    mismatched: int
+    bad_answers: int
+    errors: int
+    unfinished: int
+    p50_ms: float
+    p99_ms: float
+    close_p99_ms: float
+    cpu_ms_per_room_s: float
+    rss_mb_per_room: float
+    idle_cpu_ms_per_s: float
+    cores: dict[str, float]
+    """CPU cores used over the window by the agent, the LLM server, clients, livekit-server."""
+
+    def passed(self, rate: float) -> bool:
+        return (
+            self.streaming == self.rooms
+            and self.lost == 0
+            and self.reordered == 0
+            and self.mismatched == 0
+            and self.bad_answers == 0
+            and self.unfinished == 0
+            and self.p99_ms < P99_LIMIT_MS
+            and self.tokens_per_s >= 0.9 * self.rooms * rate
+        )
+
+    def line(self, rate: float) -> str:
+        verdict = "PASS" if self.passed(rate) else "FAIL"
+        return (
+            f"{self.agent:6s} rooms={self.rooms:4d} streaming={self.streaming:4d} "
+            f"tokens_per_s={self.tokens_per_s:7.0f} (nominal {self.rooms * rate:.0f}) "
+            f"steps={self.steps} lost={self.lost} reordered={self.reordered} "
+            f"mismatched={self.mismatched} bad_answers={self.bad_answers} errors={self.errors} "
+            f"unfinished={self.unfinished} p50={self.p50_ms:.1f} ms p99={self.p99_ms:.1f} ms "
+            f"(agent close->client p99 {self.close_p99_ms:.1f} ms) "
+            f"cpu={self.cpu_ms_per_room_s:.2f} ms/room-s (no rooms: {self.idle_cpu_ms_per_s:.0f} "
+            f"ms/s) rss={self.rss_mb_per_room:.2f} MB/room {verdict}; cores used: "
+            + " ".join(f"{k}={v:.2f}" for k, v in self.cores.items())
+        )
+
+
+async def token_trial(
+    server: LiveKitServer, rooms: int, args: argparse.Namespace, agent: str
+) -> TokenTrial:
+    async with Load(server, rooms, rate=args.rate, paragraphs=args.paragraphs, agent=agent) as load:
+        start = time.monotonic_ns() + int(args.warmup * 1e9)
+        end = start + int(args.seconds * 1e9)
+        await asyncio.sleep((start - time.monotonic_ns()) / 1e9)
+        cpu0, split0 = cpu_seconds(load.pid), load.cpu_split()
+        await asyncio.sleep((end - time.monotonic_ns()) / 1e9)
+        cpu1, split1 = cpu_seconds(load.pid), load.cpu_split()
+        rss1 = rss_bytes(load.pid)
+        await load.stop()
+        j = load.joined
+        total, close = j.latencies(start, end)
+        return TokenTrial(
+            agent=agent,
+            rooms=rooms,
+            streaming=load.streaming,
+            tokens_per_s=j.tokens_between(start, end) / args.seconds,
+            steps=len(total),
+            lost=j.lost(),
+            reordered=j.reordered,
+            mismatched=j.mismatched,
+            bad_answers=j.bad_answers,
+            errors=j.errors,
+            unfinished=load.unfinished,
+            p50_ms=percentile(total, 50),
+            p99_ms=percentile(total, 99),
+            close_p99_ms=percentile(close, 99),
+            cpu_ms_per_room_s=(cpu1 - cpu0) * 1000 / (rooms * args.seconds),
+            rss_mb_per_room=(
+                (rss1 - load.rss_before) / rooms / 2**20 if agent == "worker" else float("nan")
+            ),
+            idle_cpu_ms_per_s=load.idle_cpu_ms_per_s,
+            cores={k: (split1[k] - split0[k]) / args.seconds for k in split1},
+        )
+
+
+def _header(what: str) -> str:
+    return (
+        f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
+        f"livekit {version('livekit')}, livekit-agents {version('livekit-agents')}; {what}"
+    )
+
+
+async def tokens_main(args: argparse.Namespace) -> None:
+    print(
+        _header(
+            f"one worker process, thread job executor; {args.rate:g} tokens/s per room, "
+            f"{args.paragraphs} paragraphs per turn; {args.warmup:g} s warm-up, "
+            f"{args.seconds:g} s window"
+        ),
+        flush=True,
+    )
+    results: list[tuple[TokenTrial, TokenTrial | None]] = []
+    with LiveKitServer(log_level=os.environ.get("ALICIA_BENCH_SERVER_LOG", "warn")) as server:
+        for rooms in args.rooms:
+            worker = await token_trial(server, rooms, args, "worker")
+            print(worker.line(args.rate), flush=True)
+            floor = None
+            if not args.no_floor:
+                floor = await token_trial(server, rooms, args, "floor")
+                print(floor.line(args.rate), flush=True)
+                print(
+                    f"       rooms={rooms:4d} worker/floor CPU = "
+                    f"{worker.cpu_ms_per_room_s / max(floor.cpu_ms_per_room_s, 1e-9):.2f}",
+                    flush=True,
+                )
+            results.append((worker, floor))
+            if not worker.passed(args.rate) and not args.keep_going:
+                break
+        keep_log(server.log_path, 0, "server")
+    passing = [r for r in results if r[0].passed(args.rate)]
+    best = max(passing, key=lambda r: r[0].rooms) if passing else None
+    w, f = best or results[0]
+    floor_cpu = f"{f.cpu_ms_per_room_s:.2f}" if f is not None else "nan"
+    print(
+        f"RESULT rooms={w.rooms if best else 0} tokens_per_s={w.tokens_per_s:.1f} "
+        f"lost={w.lost} reordered={w.reordered} p99_ms={w.p99_ms:.1f} "
+        f"cpu_ms_per_room_s={w.cpu_ms_per_room_s:.2f} floor_cpu_ms_per_room_s={floor_cpu} "
+        f"rss_mb_per_room={w.rss_mb_per_room:.2f}"
+    )
+
+
+# -- --packets: the earlier whole-step trial ---------------------------------------------------
+
+
+async def packets_llm_server(plays: int, rate: float) -> None:
     """Serve ``plays`` endless streams at ``rate`` steps/s; print the base URL."""
     async with RecordedLLM() as llm:
         tokens = TOKENS_PER_STEP
         llm.script(*[Play(ENDLESS, chunk_delay=1.0 / rate, tokens_per_event=tokens)] * plays)
         print(llm.base_url, flush=True)
         await asyncio.Event().wait()
-
-
-# -- client process ----------------------------------------------------------------------
 
 
 @dataclass
@@ -145,7 +945,7 @@ class RoomClient:
         await self.send(UserMessage(id=new_id("msg"), conversation_id=self.name, content="go"))
 
 
-async def client_process(url: str, tokens: list[tuple[str, str]], seconds: float) -> None:
+async def packets_client_process(url: str, tokens: list[tuple[str, str]], seconds: float) -> None:
     """Run some rooms' clients; protocol on stdin/stdout (one JSON line each way)."""
     os.environ.setdefault("RUST_LOG", "warn")
     clients = [RoomClient(name) for name, _ in tokens]
@@ -170,11 +970,8 @@ async def client_process(url: str, tokens: list[tuple[str, str]], seconds: float
     await asyncio.gather(*(c.room.disconnect() for c in clients))
 
 
-# -- orchestration --------------------------------------------------------------------
-
-
 @dataclass
-class Trial:
+class PacketTrial:
     rooms: int
     streaming: int
     steps_per_s: float
@@ -202,41 +999,16 @@ def keep_log(path: Path, rooms: int, what: str = "worker") -> None:
     print(f"{what} log: {kept}", file=sys.stderr, flush=True)
 
 
-@contextlib.asynccontextmanager
-async def spawn(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        __file__,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        limit=2**28,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-
-
-async def trial(server: LiveKitServer, rooms: int, rate: float, seconds: float) -> Trial:
+async def packets_trial(
+    server: LiveKitServer, rooms: int, rate: float, seconds: float
+) -> PacketTrial:
     names = [new_id("conv") for _ in range(rooms)]
     env = {
         "ALICIA_JOB_EXECUTOR": "thread",
-        # Load = rooms served / ALICIA_MAX_ROOMS. The default load, the machine's CPU use,
-        # passes livekit-server's target (0.7) on this shared 2-core box, which then
-        # stops offering rooms ("no servers available").
         "ALICIA_MAX_ROOMS": str(2 * rooms),
-        # Never full: livekit-agents estimates the load of rooms accepted at once but not
-        # yet started as threshold / idle job runners, so a burst of N requests on an
-        # empty worker would mark it full with any finite threshold.
         "ALICIA_LOAD_THRESHOLD": "inf",
         "ALICIA_TIMING_META": "true",
         "ALICIA_STEP_MAX_DELAY": "5",
-        # livekit-agents' loop monitor runs a heartbeat and a watchdog thread per job loop
-        # (2 wake-ups every 20-50 ms per room); with every room a thread of one process
-        # that alone saturates the process. 0 turns it off.
         "LIVEKIT_AGENTS_LOOP_BLOCK_WARN_MS": "0",
     }
     async with spawn("--llm-server", str(rooms), str(rate)) as llm_proc:
@@ -294,7 +1066,7 @@ async def trial(server: LiveKitServer, rooms: int, rate: float, seconds: float) 
             if start <= received < end:
                 in_window += 1
                 latencies.append((received - closed) / 1e6)
-    return Trial(
+    return PacketTrial(
         rooms=rooms,
         streaming=streaming,
         steps_per_s=in_window / seconds,
@@ -306,18 +1078,18 @@ async def trial(server: LiveKitServer, rooms: int, rate: float, seconds: float) 
     )
 
 
-async def amain(args: argparse.Namespace) -> None:
+async def packets_main(args: argparse.Namespace) -> None:
     print(
-        f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
-        f"livekit {version('livekit')}, livekit-agents {version('livekit-agents')}; "
-        f"one worker process, thread job executor, {args.rate:g} steps/s per room, "
-        f"{args.seconds:g} s window",
+        _header(
+            f"one worker process, thread job executor, {args.rate:g} steps/s per room, "
+            f"{args.seconds:g} s window"
+        ),
         flush=True,
     )
-    results: list[Trial] = []
+    results: list[PacketTrial] = []
     with LiveKitServer(log_level=os.environ.get("ALICIA_BENCH_SERVER_LOG", "warn")) as server:
         for rooms in args.rooms:
-            t = await trial(server, rooms, args.rate, args.seconds)
+            t = await packets_trial(server, rooms, args.rate, args.seconds)
             results.append(t)
             print(
                 f"rooms={t.rooms:4d} streaming={t.streaming:4d} steps_per_s={t.steps_per_s:8.1f} "
@@ -338,29 +1110,74 @@ async def amain(args: argparse.Namespace) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark; helper modes run the LLM server or a batch of clients."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--llm-server":
-        asyncio.run(llm_server(int(argv[1]) * 2, float(argv[2])))
-        return
-    if argv and argv[0] == "--clients":
+# -- command line -----------------------------------------------------------------------------
+
+
+def _helper(argv: list[str]) -> bool:
+    """Run a helper mode (a child process of the benchmark); False if ``argv`` is none."""
+    mode = argv[0] if argv else ""
+    if mode == "--token-llm":
+        asyncio.run(token_llm_server(float(argv[1]), int(argv[2])))
+    elif mode == "--token-clients":
         tokens = [(n, t) for n, t in json.loads(argv[2])]
-        asyncio.run(client_process(argv[1], tokens, float(argv[3])))
+        asyncio.run(turn_clients(argv[1], tokens, float(argv[3])))
+    elif mode == "--floor":
+        tokens = [(n, t) for n, t in json.loads(argv[3])]
+        asyncio.run(floor_process(argv[1], argv[2], tokens))
+    elif mode == "--llm-server":
+        asyncio.run(packets_llm_server(int(argv[1]) * 2, float(argv[2])))
+    elif mode == "--clients":
+        tokens = [(n, t) for n, t in json.loads(argv[2])]
+        asyncio.run(packets_client_process(argv[1], tokens, float(argv[3])))
+    else:
+        return False
+    return True
+
+
+def room_counts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark; helper modes run the LLM server, clients or the floor."""
+    argv = sys.argv[1:] if argv is None else argv
+    if _helper(argv):
         return
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--rooms",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[10, 20, 30, 40, 50, 60, 80, 100],
-        help="comma-separated room counts, one trial each",
+        type=room_counts,
+        default=None,
+        help="comma-separated room counts, one trial each "
+        "(default 25,50,75,100,125; --packets: 10,20,30,40,50,60,80,100)",
     )
-    parser.add_argument("--rate", type=float, default=20.0, help="steps/s per room")
-    parser.add_argument("--seconds", type=float, default=10.0, help="measurement window")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="tokens/s per room (default 50); --packets: steps/s per room (default 20)",
+    )
+    parser.add_argument("--paragraphs", type=int, default=4, help="reasoning paragraphs per turn")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measurement window")
+    parser.add_argument("--warmup", type=float, default=3.0, help="seconds before the window")
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor trials")
     parser.add_argument(
         "--keep-going", action="store_true", help="run every trial, not only up to a failure"
     )
-    asyncio.run(amain(parser.parse_args(argv)))
+    parser.add_argument(
+        "--packets", action="store_true", help="the earlier whole-step (per-packet) trial"
+    )
+    args = parser.parse_args(argv)
+    if args.packets:
+        args.rooms = args.rooms or [10, 20, 30, 40, 50, 60, 80, 100]
+        args.rate = args.rate or 20.0
+        asyncio.run(packets_main(args))
+    else:
+        args.rooms = args.rooms or [25, 50, 75, 100, 125]
+        args.rate = args.rate or 50.0
+        asyncio.run(tokens_main(args))
 
 
 if __name__ == "__main__":
