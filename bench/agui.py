@@ -47,7 +47,7 @@ from livekit import api
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from alicia.harness.ports import free_port  # noqa: E402
+from alicia.harness.ports import free_port, port_open  # noqa: E402
 from bench._stats import percentile  # noqa: E402
 
 KEY, SECRET = "benchkey", "benchsecret-benchsecret-benchsecret"
@@ -140,13 +140,7 @@ async def process(args: list[str], env: dict[str, str], ready: str) -> AsyncIter
                 if proc.returncode is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"{args} did not start:\n{text}")
                 await asyncio.sleep(0.05)
-            port = int(url.rsplit(":", 1)[1].split("/")[0])
-            for _ in range(200):
-                with contextlib.suppress(OSError):
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    break
-                await asyncio.sleep(0.05)
+            await port_open(int(url.rsplit(":", 1)[1].split("/")[0]))
             yield url
         finally:
             with contextlib.suppress(ProcessLookupError):

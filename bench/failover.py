@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from alicia.harness import LiveKitServer, PostgresServer
-from alicia.harness.ports import free_port
+from alicia.harness.ports import free_port, port_open
 from alicia.harness.recorded_llm import load_manifest
 from alicia.protocol import ReasoningStep
 from bench._stats import percentile
@@ -65,12 +65,7 @@ async def llm_process(chunk_delay: float) -> AsyncIterator[str]:
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        for _ in range(200):
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            await asyncio.sleep(0.05)
+        await port_open(port)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()

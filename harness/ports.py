@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
+import time
 
-__all__ = ["free_port", "free_udp_range"]
+__all__ = ["free_port", "free_udp_range", "port_open"]
 
 
 def free_port() -> int:
@@ -63,3 +66,16 @@ def free_udp_range(size: int) -> int:
             for s in socks:
                 s.close()
     raise RuntimeError(f"no run of {size} free UDP ports found")
+
+
+async def port_open(port: int, *, within: float = 30.0) -> bool:
+    """Wait until something accepts TCP connections on 127.0.0.1:``port``; False if
+    nothing did ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return True
+        await asyncio.sleep(0.05)
+    return False

@@ -26,6 +26,7 @@ from livekit import rtc
 
 from alicia.agent.rooms.ffi_routing import route_room
 from alicia.harness import LiveKitServer
+from alicia.harness.ports import port_open
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import (
     DATA_TOPIC,
@@ -99,15 +100,8 @@ async def running_watcher(
             )  # fmt: skip
         watcher = WatcherProcess(proc, log_path)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                with contextlib.suppress(OSError):
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    break
-                if proc.returncode is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the watcher did not start:\n{watcher.log()}")
-                await asyncio.sleep(0.05)
+            if not await port_open(port) or proc.returncode is not None:
+                raise RuntimeError(f"the watcher did not start:\n{watcher.log()}")
             yield watcher
         finally:
             if proc.returncode is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -26,7 +25,7 @@ from pydantic import TypeAdapter
 from alicia.agent.engine.sealing import ReasoningSealer
 from alicia.agent.llm.summary import extractive_summary
 from alicia.harness import LiveKitServer
-from alicia.harness.ports import free_port
+from alicia.harness.ports import free_port, port_open
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import new_id
 from tests.agui_helpers import (
@@ -233,12 +232,7 @@ async def test_python_m_web_serves_the_endpoint_at_the_url_it_prints(
         spec = llm.spec("deepseek_reasoning_content")
         thread = new_id("conv")
         token = agui_token(livekit_server, thread, "web-page", "full")
-        for _ in range(100):  # uvicorn starts listening right after printing
-            with contextlib.suppress(OSError):
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                break
-            await asyncio.sleep(0.05)
+        assert await port_open(port)  # uvicorn starts listening right after printing
         llm.script("deepseek_reasoning_content")
         status, events, text = await post_run(url, token, run_input(thread, [user(spec.user)]))
         assert status == 200, text
