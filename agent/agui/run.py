@@ -207,6 +207,7 @@ class Runs:
             llm=self.llm,
         )
         session.attach(_Source(self.tools is not None))
+        session.outbox.store = None  # a run is one HTTP response: no room to take over
         try:
             await session.load_data_key()
             keeper = session_keeper(session)
