@@ -280,6 +280,8 @@ class Settings:
         )
         if settings.failover and not (settings.database_url and settings.agent_name):
             raise SettingsError("ALICIA_FAILOVER needs DATABASE_URL and ALICIA_AGENT_NAME")
+        if settings.failover and settings.voice:
+            raise SettingsError("ALICIA_FAILOVER serves text rooms only (voice rooms: not yet)")
         return settings
 
 

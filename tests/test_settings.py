@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from alicia.agent.settings import Settings, SettingsError
+from alicia.agent.settings import Settings, SettingsError, WatchSettings
 
 REQUIRED = {
     "LIVEKIT_URL": "ws://127.0.0.1:7880",
@@ -160,3 +160,29 @@ def test_alicia_voice_selects_offline_speech(
 def test_an_unknown_voice_mode_is_refused_by_name() -> None:
     with pytest.raises(SettingsError, match="ALICIA_VOICE must be offline or off"):
         Settings.from_env({**REQUIRED, "ALICIA_VOICE": "cloud"})
+
+
+def test_failover_needs_storage_an_agent_name_and_text_rooms() -> None:
+    base = {
+        "LIVEKIT_URL": "ws://127.0.0.1:7880",
+        "LIVEKIT_API_KEY": "k",
+        "LIVEKIT_API_SECRET": "s",
+        "LLM_BASE_URL": "http://127.0.0.1:8000/v1",
+        "LLM_MODEL": "m",
+        "ALICIA_FAILOVER": "true",
+    }
+    with pytest.raises(SettingsError, match="DATABASE_URL and ALICIA_AGENT_NAME"):
+        Settings.from_env(base)
+    ok = {**base, "DATABASE_URL": "postgresql+asyncpg://u@h/d", "ALICIA_AGENT_NAME": "alicia"}
+    settings = Settings.from_env(ok)
+    assert (settings.failover, settings.heartbeat_interval_s, settings.heartbeat_timeout_s) == (
+        True,
+        0.25,
+        1.5,
+    )
+    with pytest.raises(SettingsError, match="text rooms only"):
+        Settings.from_env({**ok, "ALICIA_VOICE": "offline"})
+    watch = WatchSettings.from_env({**ok, "ALICIA_WATCH_PORT": "0"})
+    assert (watch.agent_name, watch.port, watch.heartbeat_timeout_s) == ("alicia", 0, 1.5)
+    with pytest.raises(SettingsError, match="ALICIA_AGENT_NAME"):
+        WatchSettings.from_env({k: v for k, v in ok.items() if k != "ALICIA_AGENT_NAME"})
