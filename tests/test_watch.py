@@ -1,0 +1,82 @@
+"""The watcher's rule (pure) and its webhook endpoint's signature check."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from livekit import api
+from starlette.testclient import TestClient
+
+from alicia.agent.settings import WatchSettings
+from alicia.agent.storage.leases import Lease
+from alicia.agent.watch.app import create_app
+from alicia.agent.watch.watcher import RoomView, decide
+
+NOW = 1_000_000.0
+
+
+def lease(identity: str | None, beat_ago: float, dispatched_ago: float | None = None) -> Lease:
+    dispatched = None if dispatched_ago is None else NOW - dispatched_ago
+    return Lease("room", identity, "w1" if identity else None, NOW - beat_ago, dispatched)
+
+
+def rule(view: RoomView, held: Lease | None) -> tuple[bool, tuple[str, ...]]:
+    d = decide(view, held, now=NOW, timeout_s=1.5, grace_s=10.0)
+    return d.dispatch, d.remove
+
+
+def test_a_room_without_clients_needs_no_agent() -> None:
+    assert rule(RoomView((), ()), None) == (False, ())
+
+
+def test_a_live_agent_holding_the_lease_is_left_alone() -> None:
+    view = RoomView(("alice",), (("agent-a", NOW - 60),))
+    assert rule(view, lease("agent-a", beat_ago=0.5)) == (False, ())
+
+
+def test_a_dead_agent_is_removed_and_replaced() -> None:
+    view = RoomView(("alice",), (("agent-a", NOW - 60),))
+    assert rule(view, lease("agent-a", beat_ago=2.0)) == (True, ("agent-a",))
+
+
+def test_a_new_room_gets_an_agent_and_a_pending_dispatch_is_waited_for() -> None:
+    view = RoomView(("alice",), ())
+    assert rule(view, None) == (True, ())
+    assert rule(view, lease(None, beat_ago=NOW, dispatched_ago=3.0)) == (False, ())
+    assert rule(view, lease(None, beat_ago=NOW, dispatched_ago=12.0)) == (True, ())
+
+
+def test_an_agent_still_claiming_its_room_is_given_time() -> None:
+    view = RoomView(("alice",), (("agent-b", NOW - 1),))
+    assert rule(view, lease("agent-a", beat_ago=5.0)) == (False, ())
+
+
+def test_an_agent_that_never_claims_is_removed_after_the_grace() -> None:
+    view = RoomView(("alice",), (("agent-x", NOW - 30),))
+    assert rule(view, None) == (True, ("agent-x",))
+
+
+def test_webhooks_need_livekit_s_signature() -> None:
+    settings = WatchSettings(
+        livekit_url="ws://127.0.0.1:1",
+        livekit_api_key="key",
+        livekit_api_secret="secret-secret-secret-secret-secret",
+        database_url="sqlite+aiosqlite:///:memory:",
+        agent_name="alicia",
+    )
+    client = TestClient(create_app(settings))  # no lifespan: nothing is polled
+    body = '{"event": "participant_joined", "room": {"name": "r1"}}'
+    assert client.post("/webhook", content=body).status_code == 401
+    forged = api.AccessToken("key", "not-the-secret-not-the-secret-not-the").with_sha256(
+        base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+    )
+    headers = {"Authorization": forged.to_jwt()}
+    assert client.post("/webhook", content=body, headers=headers).status_code == 401
+    signed = api.AccessToken("key", "secret-secret-secret-secret-secret").with_sha256(
+        base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+    )
+    headers = {"Authorization": signed.to_jwt()}
+    reply = client.post("/webhook", content=body, headers=headers)
+    assert reply.status_code == 200
+    assert client.app.state.watcher._pending == {"r1"}  # type: ignore[attr-defined]
