@@ -155,3 +155,46 @@ async def test_a_connection_cut_mid_stream_is_a_connection_error(serve: Any) -> 
     llm = await serve(handle)
     with pytest.raises(openai.APIConnectionError):
         await collect(llm)
+
+
+async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> None:
+    """messages, tools and input go through extra_body (the SDK's request transform walks
+    them slowly and changes nothing): the body received is the same JSON as the SDK's."""
+    bodies: list[Any] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        return await body_handler(sse(chunk(content="x")))(request)
+
+    llm = await serve(handle)
+    messages: list[Any] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "text", "text": "q"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "kept",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": "{}"},
+                    "extra_content": {"google": {"thought_signature": "sig"}},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "1"},
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    params: dict[str, Any] = {
+        "model": "m",
+        "messages": messages,
+        "tools": tools,
+        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+    }
+    assert [d async for d in stream_deltas(llm, **params)] == [{"content": "x"}]
+    async with llm.chat.completions.with_streaming_response.create(stream=True, **params) as r:
+        await r.read()
+    ours, sdks = bodies
+    assert ours == sdks
+    assert ours["messages"] == messages
