@@ -445,10 +445,10 @@ class ProtocolSession:
                 self._refuse("replay_budget", p.identity)
                 raise
             p.configured = True
-            p.resumed = (asked, out.last)
             ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
             await out.emit(ack, [p.identity], None)
             await out.emit(reply, [p.identity], None)
+            p.resumed = (asked, out.last)  # the Acknowledgement and reply included
             for data in replay:
                 await out.transmit(data, [p.identity], "replay")
         logger.info(
