@@ -95,6 +95,22 @@ async def test_a_reasoning_turn_yields_steps_then_the_answer_then_one_end(
     assert end.usage == Usage(prompt_tokens=19, completion_tokens=172, reasoning_tokens=130)
 
 
+async def test_without_deltas_a_turn_yields_the_same_steps_and_sentences_only(
+    llm: RecordedLLM, client: openai.AsyncOpenAI
+) -> None:
+    """``deltas=False`` (the protocol's runner): no per-token event, nothing else changes."""
+    spec = llm.spec("deepseek_reasoning_content")
+    full = await collect(turn_for(client, spec.user))
+    llm.reset()
+    lean = await collect(turn_for(client, spec.user, deltas=False))
+    assert not any(isinstance(e, ReasoningDelta | AnswerDelta) for e in lean)
+    expected = [e for e in full if not isinstance(e, ReasoningDelta | AnswerDelta)]
+    assert [type(e) for e in lean] == [type(e) for e in expected]
+    assert [e.text for e in lean if isinstance(e, StepReady | SentenceReady)] == [
+        e.text for e in expected if isinstance(e, StepReady | SentenceReady)
+    ]
+
+
 async def test_tool_rounds_announce_run_and_feed_back_the_tool_and_sum_usage(
     llm: RecordedLLM, client: openai.AsyncOpenAI
 ) -> None:

@@ -157,6 +157,7 @@ class TurnRunner:
             seed=s.sink.last_step_index,
             clock=self._clock,
             keeper=self._keeper(),
+            deltas=False,  # the protocol sends whole steps and sentences
         )
         projection = s.open_turn(request, turn.answer_id, stop=turn.stop)
         try:

@@ -29,7 +29,7 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal
 
 import openai
 
@@ -61,6 +61,7 @@ from .events import (
     Usage,
 )
 from .keeper import Keeper, Kept
+from .pacing import paced
 from .participants import InternalError, LLMUnavailable
 from .tools import Outcome, ToolBox, ToolError, parse_arguments
 
@@ -150,13 +151,16 @@ class Turn:
         seed: Callable[[str], Awaitable[int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         keeper: Keeper | None = None,
+        deltas: bool = True,
     ) -> None:
         """Prepare the turn; nothing runs until :meth:`events` is iterated.
 
         ``steps`` numbers the steps (shared by the conversation, so a regenerated
         message continues its chain); ``seed`` returns the highest stored index of a
         chain, awaited (at most 1 s) before the first step is numbered. ``keeper``
-        seals reasoning kept for the provider's pass-back rule.
+        seals reasoning kept for the provider's pass-back rule. ``deltas=False`` leaves out
+        :class:`ReasoningDelta` and :class:`AnswerDelta` (for consumers that only use whole
+        steps and sentences: a token then costs no event).
         """
         self.user_id = user_id
         self.text = text
@@ -182,6 +186,7 @@ class Turn:
         self._task: asyncio.Task[Any] | None = None
         self._cancels = 0
         self._keeper = keeper if keeper is not None else Keeper()
+        self._deltas = deltas
         self._kept: Kept | None = None
         self._started_at: float | None = None
         self._first_reasoning_ms: float | None = None
@@ -385,7 +390,7 @@ class Turn:
         deltas = self._request(messages, tools)
         async with (
             contextlib.aclosing(deltas) as stream,
-            contextlib.aclosing(_paced(stream, segmenter.due, self._clock)) as it,
+            contextlib.aclosing(paced(stream, segmenter.due, self._clock)) as it,
         ):
             async for delta in it:
                 if delta is None:  # the open step is due: cut it
@@ -424,8 +429,11 @@ class Turn:
                 return []
             else:
                 self._round_summarised = True
-            steps = await self._steps_out(segmenter.push(part.text))
-            return [ReasoningDelta(part.text), *steps]
+            texts = segmenter.push(part.text)
+            events: list[TurnEvent] = [ReasoningDelta(part.text)] if self._deltas else []
+            if texts:
+                events.extend(await self._steps_out(texts))
+            return events
         out: list[TurnEvent] = []
         if not self._answer_open:
             out.extend(await self._steps_out(segmenter.close()))
@@ -433,7 +441,8 @@ class Turn:
             out.append(AnswerStarted())
         self._answer.append(part.text)
         self._round_text.append(part.text)
-        out.append(AnswerDelta(part.text))
+        if self._deltas:
+            out.append(AnswerDelta(part.text))
         out.extend(SentenceReady(text) for text in self._sentences.push(part.text))
         return out
 
@@ -482,51 +491,6 @@ class Turn:
         else:
             outcome = await self._tools.call(call.name, arguments)
         yield ToolFinished(request_id, outcome)
-
-
-T = TypeVar("T")
-
-
-async def _paced(
-    stream: AsyncIterator[T],
-    due: Callable[[], float | None],
-    clock: Callable[[], float],
-) -> AsyncGenerator[T | None, None]:
-    """The stream's chunks, with ``None`` whenever ``due()`` passes while waiting.
-
-    The pending read is never cancelled by a timeout (that would break the HTTP stream);
-    it is only cancelled when the consumer stops iterating.
-    """
-    pending: asyncio.Task[T] | None = None
-    try:
-        while True:
-            deadline = due()
-            if deadline is None and pending is None:
-                try:
-                    yield await anext(stream)
-                except StopAsyncIteration:
-                    return
-                continue
-            if pending is None:
-                pending = asyncio.ensure_future(anext(stream))
-            timeout = None if deadline is None else max(0.0, deadline - clock())
-            done, _ = await asyncio.wait((pending,), timeout=timeout)
-            if not done:
-                yield None
-                if due() == deadline and deadline is not None and deadline <= clock():
-                    await asyncio.sleep(0.001)  # the cut made no progress: do not spin
-                continue
-            task, pending = pending, None
-            try:
-                chunk = task.result()
-            except StopAsyncIteration:
-                return
-            yield chunk
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
 
 
 def _discard(task: asyncio.Future[Any]) -> None:

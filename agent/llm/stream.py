@@ -264,31 +264,42 @@ T = TypeVar("T")
 
 
 async def _body(
-    response: Any, decoder: PayloadDecoder | ChatDecoder, feed: Callable[[bytes], list[T]]
+    opened: contextlib.AbstractAsyncContextManager[Any],
+    decoder: PayloadDecoder | ChatDecoder,
+    feed: Callable[[bytes], list[T]],
 ) -> AsyncGenerator[T, None]:
-    """What ``feed`` makes of the streamed body, until ``[DONE]`` or its end.
+    """What ``feed`` makes of the streamed body of the response ``opened`` gives, until
+    ``[DONE]`` or its end.
 
-    Errors are the SDK's (see the module docstring).
+    One generator from the request to the items (each layer of async generators costs
+    every token a resumption); the bytes are the HTTP response's own ``aiter_bytes`` (what
+    the SDK's ``iter_bytes`` passes on: decoded, any content encoding undone). Errors are
+    the SDK's (see the module docstring).
     """
-    request = response.http_request
-    body = response.iter_bytes()
-    while True:
-        try:
-            chunk = await anext(body)
-        except StopAsyncIteration:
-            return
-        except openai.APIError:
-            raise
-        except Exception as exc:  # the HTTP library's read / timeout errors
-            raise openai.APIConnectionError(message=str(exc), request=request) from exc
-        for item in feed(chunk):
-            yield item
-        if decoder.error is not None:
-            raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
-        if decoder.done:
-            async for _ in body:  # the rest (normally nothing): keeps the connection
-                pass
-            return
+    async with opened as response:
+        request = response.http_request
+        body = response.http_response.aiter_bytes()
+        while True:
+            try:
+                chunk = await anext(body)
+            except StopAsyncIteration:
+                return
+            except openai.APIError:
+                raise
+            except Exception as exc:  # the HTTP library's read / timeout errors
+                raise openai.APIConnectionError(message=str(exc), request=request) from exc
+            try:
+                items = feed(chunk)
+            except StreamError as exc:
+                raise openai.APIError(str(exc), request, body=exc.body) from None
+            for item in items:
+                yield item
+            if decoder.error is not None:
+                raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
+            if decoder.done:
+                async for _ in body:  # the rest (normally nothing): keeps the connection
+                    pass
+                return
 
 
 def chat_delta(payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -301,7 +312,7 @@ def chat_delta(payload: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-async def stream_deltas(
+def stream_deltas(
     llm: openai.AsyncOpenAI,
     *,
     on_usage: Callable[[dict[str, Any]], None] | None = None,
@@ -314,12 +325,8 @@ async def stream_deltas(
     """
     decoder = ChatDecoder(on_usage)
     sent = _sent_as_is(params, messages=[])
-    async with (
-        llm.chat.completions.with_streaming_response.create(stream=True, **sent) as response,
-        contextlib.aclosing(_body(response, decoder, decoder.feed)) as deltas,
-    ):
-        async for delta in deltas:
-            yield delta
+    opened = llm.chat.completions.with_streaming_response.create(stream=True, **sent)
+    return _body(opened, decoder, decoder.feed)
 
 
 class ResponsesReader:
@@ -403,7 +410,7 @@ class ResponsesReader:
         return []
 
 
-async def stream_response_deltas(
+def stream_response_deltas(
     llm: openai.AsyncOpenAI,
     *,
     on_usage: Callable[[dict[str, Any]], None] | None = None,
@@ -414,17 +421,12 @@ async def stream_response_deltas(
     decoder = PayloadDecoder()
     reader = ResponsesReader(on_usage)
     sent = _sent_as_is(params)
-    async with (
-        llm.responses.with_streaming_response.create(stream=True, **sent) as response,
-        contextlib.aclosing(_body(response, decoder, decoder.feed)) as events,
-    ):
-        async for event, payload in events:
-            try:
-                deltas = reader.read(event, payload)
-            except StreamError as exc:
-                raise openai.APIError(str(exc), response.http_request, body=exc.body) from None
-            for delta in deltas:
-                yield delta
+
+    def feed(chunk: bytes) -> list[dict[str, Any]]:
+        return [delta for event in decoder.feed(chunk) for delta in reader.read(*event)]
+
+    opened = llm.responses.with_streaming_response.create(stream=True, **sent)
+    return _body(opened, decoder, feed)
 
 
 def _chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
