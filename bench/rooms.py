@@ -188,6 +188,31 @@ async def token_llm_server(rate: float, paragraphs: int) -> None:
             sys.stdout.flush()
 
 
+_JOINS_AT_ONCE = 5
+"""Room connects a client process runs at once: 25 WebRTC set-ups started together on the
+2-core machine time out now and then (``wait_pc_connection timed out``), which failed the
+whole process's rooms."""
+
+_JOIN_TRIES = 3
+
+
+async def _join(
+    client: TurnClient | RoomClient, url: str, token: str, gate: asyncio.Semaphore
+) -> None:
+    """Connect ``client``'s room through ``gate``; a set-up that fails is tried again with a
+    new ``rtc.Room`` (up to :data:`_JOIN_TRIES` times)."""
+    for attempt in range(1, _JOIN_TRIES + 1):
+        async with gate:
+            try:
+                await client.room.connect(url, token)
+                return
+            except rtc.ConnectError:
+                if attempt == _JOIN_TRIES:
+                    raise
+        client.room = rtc.Room()
+        client.room.on("data_received", client.on_data)
+
+
 # -- client process (token level) ----------------------------------------------------------
 
 
@@ -275,9 +300,9 @@ class TurnClient:
         data = encode(envelope(body, stanza_id=self.counter.next(), conversation_id=self.name))
         await publish(self.room, data, [self.agent], DATA_TOPIC)
 
-    async def start(self, url: str, token: str) -> None:
+    async def start(self, url: str, token: str, gate: asyncio.Semaphore) -> None:
         self.room.on("data_received", self.on_data)
-        await self.room.connect(url, token)
+        await _join(self, url, token, gate)
         route_room(self.room)  # many rooms in this process: see agent/rooms/ffi_routing.py
         stop_capturing_native_logs()  # as the worker does by default
         async with asyncio.timeout(120):
@@ -300,9 +325,10 @@ async def turn_clients(url: str, tokens: list[tuple[str, str]], turn_s: float) -
     os.environ.setdefault("RUST_LOG", "warn")
     flusher = asyncio.create_task(_flush_forever())
     clients = [TurnClient(name, turn_s) for name, _ in tokens]
+    gate = asyncio.Semaphore(_JOINS_AT_ONCE)
     try:
         await asyncio.gather(
-            *(c.start(url, tok) for c, (_, tok) in zip(clients, tokens, strict=True))
+            *(c.start(url, tok, gate) for c, (_, tok) in zip(clients, tokens, strict=True))
         )
         await asyncio.wait_for(asyncio.gather(*(c.first_step.wait() for c in clients)), 120)
     except TimeoutError:
@@ -927,9 +953,9 @@ class RoomClient:
             data, reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
         )
 
-    async def start(self, url: str, token: str) -> None:
+    async def start(self, url: str, token: str, gate: asyncio.Semaphore) -> None:
         self.room.on("data_received", self.on_data)
-        await self.room.connect(url, token)
+        await _join(self, url, token, gate)
         route_room(self.room)  # many rooms in this process: see agent/rooms/ffi_routing.py
         stop_capturing_native_logs()  # as the worker does by default
         async with asyncio.timeout(60):
@@ -949,9 +975,10 @@ async def packets_client_process(url: str, tokens: list[tuple[str, str]], second
     """Run some rooms' clients; protocol on stdin/stdout (one JSON line each way)."""
     os.environ.setdefault("RUST_LOG", "warn")
     clients = [RoomClient(name) for name, _ in tokens]
+    gate = asyncio.Semaphore(_JOINS_AT_ONCE)
     try:
         await asyncio.gather(
-            *(c.start(url, tok) for c, (_, tok) in zip(clients, tokens, strict=True))
+            *(c.start(url, tok, gate) for c, (_, tok) in zip(clients, tokens, strict=True))
         )
         await asyncio.wait_for(asyncio.gather(*(c.first_step.wait() for c in clients)), 60)
     except TimeoutError:
