@@ -1178,7 +1178,7 @@ def main(argv: list[str] | None = None) -> None:
         type=room_counts,
         default=None,
         help="comma-separated room counts, one trial each "
-        "(default 25,50,75,100,125; --packets: 10,20,30,40,50,60,80,100)",
+        "(default 25,50,75,100,125,150; --packets: 10,20,30,40,50,60,80,100)",
     )
     parser.add_argument(
         "--rate",
@@ -1202,7 +1202,7 @@ def main(argv: list[str] | None = None) -> None:
         args.rate = args.rate or 20.0
         asyncio.run(packets_main(args))
     else:
-        args.rooms = args.rooms or [25, 50, 75, 100, 125]
+        args.rooms = args.rooms or [25, 50, 75, 100, 125, 150]
         args.rate = args.rate or 50.0
         asyncio.run(tokens_main(args))
 
