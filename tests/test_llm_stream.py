@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -155,6 +157,78 @@ async def test_a_connection_cut_mid_stream_is_a_connection_error(serve: Any) -> 
     llm = await serve(handle)
     with pytest.raises(openai.APIConnectionError):
         await collect(llm)
+
+
+def paced_handler(pieces: list[bytes], gaps: list[float], head_delay: float = 0.0) -> Handler:
+    """Waits ``head_delay``, then writes each piece after its gap."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(head_delay)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece, gap in zip(pieces, gaps, strict=True):
+            await asyncio.sleep(gap)
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+    return handle
+
+
+TOKENS = [sse(chunk(content=f"t{i} "), done=False) for i in range(8)] + [b"data: [DONE]\n\n"]
+
+
+async def test_a_stream_silent_longer_than_the_read_timeout_times_out(serve: Any) -> None:
+    gaps = [0.0, 2.0] + [0.0] * (len(TOKENS) - 2)
+    llm = (await serve(paced_handler(TOKENS, gaps))).with_options(timeout=0.3)
+    seen: list[dict[str, Any]] = []
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(openai.APITimeoutError):
+        async for delta in stream_deltas(llm, model="m", messages=[]):
+            seen.append(delta)
+    assert seen == [{"content": "t0 "}]
+    assert asyncio.get_running_loop().time() - started < 1.5
+
+
+async def test_no_response_within_the_read_timeout_times_out(serve: Any) -> None:
+    llm = await serve(paced_handler(TOKENS, [0.0] * len(TOKENS), head_delay=2.0))
+    with pytest.raises(openai.APITimeoutError):  # the request's own timeout, too
+        await collect_with(llm, timeout=0.3)
+
+
+async def test_the_read_timeout_is_per_read_not_for_the_whole_stream(serve: Any) -> None:
+    llm = (await serve(paced_handler(TOKENS, [0.1] * len(TOKENS)))).with_options(timeout=0.3)
+    deltas = await collect(llm)  # 0.9 s in all, no read waits 0.3 s
+    assert "".join(d["content"] for d in deltas) == "".join(f"t{i} " for i in range(8))
+
+
+async def test_a_slow_reader_is_not_a_silent_stream(serve: Any) -> None:
+    llm = (await serve(body_handler(b"".join(TOKENS)))).with_options(timeout=0.2)
+    seen = []
+    async for delta in stream_deltas(llm, model="m", messages=[]):
+        seen.append(delta)
+        await asyncio.sleep(0.1)  # 0.8 s spent here, not waiting for the server
+    assert len(seen) == 8
+
+
+async def test_a_compressed_body_is_decoded(serve: Any) -> None:
+    body = sse(chunk(reasoning="r"), chunk(content="x"))
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+        )
+        await response.prepare(request)
+        await response.write(gzip.compress(body))
+        await response.write_eof()
+        return response
+
+    llm = await serve(handle)
+    assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
+
+
+async def collect_with(llm: openai.AsyncOpenAI, **params: Any) -> list[dict[str, Any]]:
+    return [d async for d in stream_deltas(llm, model="m", messages=[], **params)]
 
 
 async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> None:

@@ -1,13 +1,15 @@
-"""A stream's chunks, interleaved with "a deadline passed" marks while it is silent.
+"""A token stream turned into batches of items, with deadline cuts while it is silent.
 
-The segmenter's time rule cuts an open step when no token came for a while, so the turn
-must wake at a deadline even though the LLM stream has nothing to give. Cancelling a
-pending read at the deadline would break the HTTP stream, so once a deadline exists one
-reader task per stream pulls chunks into a small bounded buffer and the consumer waits on
-a single future, with one timer that is moved only when the deadline changes. Per chunk
-that costs a future and a wake-up, not a task, a wait and a timer (the per-token cost of
-a busy worker, see ``bench/rooms.py``). Until a deadline first appears the consumer reads
-the stream itself.
+A turn reads one chunk per token, and most tokens make no event: they extend the open
+step or sentence. The segmenter's time rule must also cut an open step at a deadline even
+when the LLM stream is silent, and cancelling a pending HTTP read at the deadline would
+break the stream. So once a deadline exists, one reader task per stream reads each chunk
+and runs ``process`` on it at once (synchronously: every item a chunk makes is decided by
+the time the next chunk is read), a loop timer moved only when ``due()`` changes runs
+``cut``, and the consumer wakes only for a batch of items. Per token that is one task
+resumption, as in a bare script reading the same socket (``bench/rooms.py``'s floor), not
+a task, a wait and a timer, nor a second task waking for a token that makes nothing.
+Until a deadline first appears the consumer reads and processes the stream itself.
 """
 
 from __future__ import annotations
@@ -18,95 +20,98 @@ from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Generic, TypeVar
 
-__all__ = ["paced"]
+__all__ = ["pump"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 _BUFFER = 64
-"""Chunks the reader may hold ahead of the consumer before it waits for room."""
+"""Batches the reader may hold ahead of the consumer before it waits for room."""
 
 _SPIN_PAUSE_S = 0.001
-"""Pause after a deadline mark that made no progress (the consumer did not move the deadline)."""
+"""Timer delay after a cut that did not move the deadline (a clock that did not advance)."""
 
 
-async def paced(
+async def pump(
     stream: AsyncIterator[T],
+    process: Callable[[T], list[U]],
+    cut: Callable[[], list[U]],
     due: Callable[[], float | None],
     clock: Callable[[], float],
-) -> AsyncGenerator[T | None, None]:
-    """The stream's chunks, with ``None`` whenever ``due()`` (a ``clock()`` time) passes
-    while no chunk is waiting.
+) -> AsyncGenerator[list[U], None]:
+    """The non-empty lists that ``process`` makes of the stream's chunks, in order, and
+    that ``cut`` makes once ``due()`` (a ``clock()`` time) has passed.
 
-    The stream is read ahead by at most a small buffer, and its pending read is cancelled
-    only when the consumer stops iterating.
+    ``process`` and ``cut`` are synchronous and never run at the same time. The stream is
+    read ahead by at most a small buffer of batches; its pending read is cancelled only
+    when the consumer stops iterating, and an error it raises arrives after the batches
+    made before it.
     """
-    reader: _Reader[T] | None = None
+    while True:  # the consumer reads until a deadline exists
+        if due() is not None:
+            break
+        try:
+            chunk = await anext(stream)
+        except StopAsyncIteration:
+            return
+        items = process(chunk)
+        if items:
+            yield items
+    reader = _Reader(stream, process, cut, due, clock)
     try:
         while True:
-            deadline = due()
-            if reader is None:
-                if deadline is None:
-                    try:
-                        yield await anext(stream)
-                    except StopAsyncIteration:
-                        return
-                    continue
-                reader = _Reader(stream)
-            if reader.chunks:
+            if reader.batches:
                 yield reader.take()
-                continue
-            if reader.ended:
+            elif reader.ended:
                 reader.finish()
                 return
-            if deadline is not None and deadline <= clock():
-                yield None
-                if due() == deadline and deadline <= clock():
-                    await asyncio.sleep(_SPIN_PAUSE_S)
-                continue
-            await reader.wait(deadline, clock)
+            else:
+                await reader.wait()
     finally:
-        if reader is not None:
-            await reader.close()
+        await reader.close()
 
 
-class _Reader(Generic[T]):
-    """Reads ``stream`` in its own task into a bounded buffer; wakes one waiter."""
+class _Reader(Generic[T, U]):
+    """Reads and processes ``stream`` in its own task, cuts on a timer; wakes one waiter."""
 
-    def __init__(self, stream: AsyncIterator[T]) -> None:
+    def __init__(
+        self,
+        stream: AsyncIterator[T],
+        process: Callable[[T], list[U]],
+        cut: Callable[[], list[U]],
+        due: Callable[[], float | None],
+        clock: Callable[[], float],
+    ) -> None:
         self._loop = asyncio.get_running_loop()
-        self.chunks: deque[T] = deque()
+        self._process = process
+        self._cut = cut
+        self._due = due
+        self._clock = clock
+        self.batches: deque[list[U]] = deque()
         self.ended = False
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._room: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._armed: float | None = None
+        self._arm()
         self._task = self._loop.create_task(self._read(stream))
 
-    def take(self) -> T:
-        """The oldest buffered chunk (there is one); lets a full reader go on."""
-        chunk = self.chunks.popleft()
+    def take(self) -> list[U]:
+        """The oldest batch (there is one); lets a full reader go on."""
+        batch = self.batches.popleft()
         room = self._room
         if room is not None and not room.done():
             room.set_result(None)
-        return chunk
+        return batch
 
     def finish(self) -> None:
         """Raise what ended the stream, if it was not its normal end."""
         if self._error is not None:
             raise self._error
 
-    async def wait(self, deadline: float | None, clock: Callable[[], float]) -> None:
-        """Until a chunk or the end arrives, or ``deadline`` passes."""
-        if deadline != self._armed:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._armed = deadline
-            self._timer = (
-                None
-                if deadline is None
-                else self._loop.call_later(max(0.0, deadline - clock()), self._wake)
-            )
+    async def wait(self) -> None:
+        """Until a batch or the end arrives."""
         waiter = self._waiter = self._loop.create_future()
         try:
             await waiter
@@ -114,35 +119,75 @@ class _Reader(Generic[T]):
             self._waiter = None
 
     async def close(self) -> None:
-        """Stop reading: cancel the pending read and the timer."""
-        if self._timer is not None:
-            self._timer.cancel()
+        """Stop: cancel the pending read and the timer."""
+        self._disarm()
         if not self._task.done():
             self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
 
-    def _wake(self) -> None:
+    def _add(self, items: list[U]) -> None:
+        if items:
+            self.batches.append(items)
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+
+    def _arm(self) -> None:
+        """Move the timer to ``due()`` if that changed."""
+        deadline = self._due()
+        if deadline == self._armed:
+            return
+        self._disarm()
+        self._armed = deadline
+        if deadline is not None:
+            self._timer = self._loop.call_later(max(0.0, deadline - self._clock()), self._fire)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self.ended:
+            return
+        deadline = self._armed
+        try:
+            self._add(self._cut())
+        except Exception as exc:  # the consumer gets it, as it would a stream error
+            self._end(exc)
+            self._task.cancel()
+            return
+        if self._due() == deadline:  # no progress: try again shortly, do not spin
+            self._timer = self._loop.call_later(_SPIN_PAUSE_S, self._fire)
+        else:
+            self._arm()
+
+    def _end(self, error: BaseException | None) -> None:
+        if not self.ended:
+            self.ended, self._error = True, error
+        self._disarm()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     async def _read(self, stream: AsyncIterator[T]) -> None:
+        error: BaseException | None = None
         try:
             while True:
                 try:
                     chunk = await anext(stream)
                 except StopAsyncIteration:
                     return
-                self.chunks.append(chunk)
-                self._wake()
-                if len(self.chunks) >= _BUFFER:
+                self._add(self._process(chunk))
+                self._arm()
+                if len(self.batches) >= _BUFFER:
                     self._room = self._loop.create_future()
                     await self._room
-        except BaseException as exc:  # delivered to the consumer after the chunks before it
-            self._error = exc
+        except BaseException as exc:  # delivered to the consumer after the batches before it
+            error = exc
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self.ended = True
-            self._wake()
+            self._end(error)

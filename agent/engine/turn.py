@@ -61,7 +61,7 @@ from .events import (
     Usage,
 )
 from .keeper import Keeper, Kept
-from .pacing import paced
+from .pacing import pump
 from .participants import InternalError, LLMUnavailable
 from .tools import Outcome, ToolBox, ToolError, parse_arguments
 
@@ -70,6 +70,18 @@ __all__ = ["Exchange", "Turn", "TurnOptions"]
 logger = logging.getLogger("alicia.turn")
 
 _SEED_TIMEOUT_S: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """A step closed while streaming; it gets its chain index when it leaves the turn."""
+
+    text: str
+    closed: int
+    summary: str | None
+
+
+_Item = TurnEvent | _Closed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -388,27 +400,33 @@ class Turn:
         collect = collector.feed if collector.active else None
         self._round_raw = self._round_summarised = False
         deltas = self._request(messages, tools)
+
+        def process(delta: dict[str, Any]) -> list[_Item]:
+            for tc in delta.get("tool_calls") or ():
+                if isinstance(tc, dict):
+                    merge_tool_call(calls, tc)
+            if collect is not None:
+                collect(delta)
+            out: list[_Item] = []
+            for part in extractor.feed(delta):
+                self._part(part, segmenter, out)
+            return out
+
+        def cut() -> list[_Item]:  # the open step is due
+            return self._closed(segmenter.poll())
+
         async with (
             contextlib.aclosing(deltas) as stream,
-            contextlib.aclosing(paced(stream, segmenter.due, self._clock)) as it,
+            contextlib.aclosing(pump(stream, process, cut, segmenter.due, self._clock)) as it,
         ):
-            async for delta in it:
-                if delta is None:  # the open step is due: cut it
-                    for event in await self._steps_out(segmenter.poll()):
-                        yield event
-                    continue
-                for tc in delta.get("tool_calls") or ():
-                    if isinstance(tc, dict):
-                        merge_tool_call(calls, tc)
-                if collect is not None:
-                    collect(delta)
-                for part in extractor.feed(delta):
-                    for event in await self._part(part, segmenter):
-                        yield event
+            async for batch in it:
+                for event in await self._events(batch):
+                    yield event
+        tail: list[_Item] = []
         for part in extractor.flush():
-            for event in await self._part(part, segmenter):
-                yield event
-        for event in await self._steps_out(segmenter.close()):
+            self._part(part, segmenter, tail)
+        tail.extend(self._closed(segmenter.close()))
+        for event in await self._events(tail):
             yield event
         found.extend(calls[i] for i in sorted(calls))
         for i, call in enumerate(found):
@@ -418,7 +436,8 @@ class Turn:
     def _add_usage(self, usage: dict[str, Any]) -> None:
         self._usage = (self._usage or Usage()) + Usage.from_provider(usage)
 
-    async def _part(self, part: Part, segmenter: StepSegmenter) -> list[TurnEvent]:
+    def _part(self, part: Part, segmenter: StepSegmenter, out: list[_Item]) -> None:
+        """What ``part`` makes, appended to ``out`` (synchronous: it runs per token)."""
         if not isinstance(part, Answer):
             if self._first_reasoning_ms is None and self._started_at is not None:
                 self._first_reasoning_ms = (self._clock() - self._started_at) * 1000.0
@@ -426,17 +445,17 @@ class Turn:
                 self._round_raw = True
             elif self._round_raw:  # the provider's summary of the raw reasoning
                 self._summaries.append(part.text)
-                return []
+                return
             else:
                 self._round_summarised = True
+            if self._deltas:
+                out.append(ReasoningDelta(part.text))
             texts = segmenter.push(part.text)
-            events: list[TurnEvent] = [ReasoningDelta(part.text)] if self._deltas else []
             if texts:
-                events.extend(await self._steps_out(texts))
-            return events
-        out: list[TurnEvent] = []
+                out.extend(self._closed(texts))
+            return
         if not self._answer_open:
-            out.extend(await self._steps_out(segmenter.close()))
+            out.extend(self._closed(segmenter.close()))
             self._answer_open = True
             out.append(AnswerStarted())
         self._answer.append(part.text)
@@ -444,14 +463,29 @@ class Turn:
         if self._deltas:
             out.append(AnswerDelta(part.text))
         out.extend(SentenceReady(text) for text in self._sentences.push(part.text))
-        return out
 
-    async def _steps_out(self, texts: list[str]) -> list[TurnEvent]:
+    def _closed(self, texts: list[str]) -> list[_Item]:
+        """Closed steps, with their summaries and closing time, waiting for their indexes."""
         if not texts:
             return []
         summary_mode = self._round_summarised and not self._round_raw
         closed = time.monotonic_ns()
-        if self._seed is not None:
+        self._step_count += len(texts)
+        out: list[_Item] = []
+        for text in texts:
+            summary: str | None = None
+            if summary_mode:
+                summary = text
+            elif self._summaries:
+                summary = " ".join(" ".join(self._summaries).split())
+                self._summaries.clear()
+            out.append(_Closed(text, closed, summary))
+        return out
+
+    async def _events(self, items: list[_Item]) -> list[TurnEvent]:
+        """``items`` as events: closed steps numbered in their chains (the first one waits,
+        at most 1 s, for the stored index that seeds its chain)."""
+        if self._seed is not None and any(isinstance(item, _Closed) for item in items):
             seed, self._seed = self._seed, None
             try:
                 async with asyncio.timeout(_SEED_TIMEOUT_S):
@@ -460,17 +494,12 @@ class Turn:
                 logger.warning("stored step index unavailable", extra={"previous_id": self.user_id})
                 last = 0
             self._steps.seed(self.user_id, max(last, self._steps.last_index(self.user_id)))
-        self._step_count += len(texts)
-        out: list[TurnEvent] = []
-        for text in texts:
-            summary: str | None = None
-            if summary_mode:
-                summary = text
-            elif self._summaries:
-                summary = " ".join(" ".join(self._summaries).split())
-                self._summaries.clear()
-            out.append(StepReady(text, self._steps.next_index(self.user_id), closed, summary))
-        return out
+        return [
+            StepReady(item.text, self._steps.next_index(self.user_id), item.closed, item.summary)
+            if isinstance(item, _Closed)
+            else item
+            for item in items
+        ]
 
     async def _run_tool(self, call: ToolCall) -> AsyncIterator[TurnEvent]:
         assert self._tools is not None

@@ -22,6 +22,7 @@ raises ``openai.APIError``; a broken or timed-out connection ``openai.APIConnect
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any, Final, TypeVar
@@ -263,43 +264,129 @@ def _delta_list(payload: dict[str, Any]) -> list[dict[str, Any]]:
 T = TypeVar("T")
 
 
+class _ReadTimer:
+    """The client's read timeout, kept by one loop timer that moves only when it fires.
+
+    A socket read timeout (aiohttp's ``sock_read``) re-arms a timer on every packet, and a
+    token-level stream is a packet per token: 8% of a busy worker's loop time in
+    ``bench/rooms.py``'s profile. Here each read notes when it started; the timer checks
+    when it fires, and cancels the reading task only if a read has waited ``seconds``.
+    """
+
+    __slots__ = ("_handle", "_loop", "_seconds", "_since", "_task", "expired")
+
+    def __init__(self, seconds: float) -> None:
+        """A timer for reads of at most ``seconds``."""
+        self._loop = asyncio.get_running_loop()
+        self._seconds = seconds
+        self._since: float | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self.expired = False
+        self._handle = self._loop.call_later(seconds, self._check)
+
+    def reading(self) -> None:
+        """A read starts (in the current task)."""
+        self._since = self._loop.time()
+        self._task = asyncio.current_task()
+
+    def done(self) -> None:
+        """The read returned."""
+        self._since = None
+
+    def timed_out(self) -> bool:
+        """After a ``CancelledError``: it was this timer's (then the task is uncancelled)."""
+        if not self.expired or self._task is None:
+            return False
+        self._task.uncancel()
+        return True
+
+    def close(self) -> None:
+        """Stop the timer."""
+        self._handle.cancel()
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        since = self._since
+        if since is None or now < since + self._seconds or self._task is None:
+            when = now + self._seconds if since is None else since + self._seconds
+            self._handle = self._loop.call_at(max(when, now + 0.001), self._check)
+            return
+        self.expired = True
+        self._task.cancel()
+
+
+def _timeouts(llm: openai.AsyncOpenAI, params: dict[str, Any]) -> tuple[float | None, Any]:
+    """The read timeout (the request's ``timeout``, popped from ``params``, else the
+    client's), and the request's timeout without it (``_body`` keeps the read timeout);
+    ``(None, timeout as given)`` when there is no read timeout to take over."""
+    timeout = params.pop("timeout", llm.timeout)
+    if isinstance(timeout, int | float):
+        return float(timeout), openai.Timeout(timeout, read=None)
+    if isinstance(timeout, openai.Timeout) and timeout.read is not None:
+        rest = openai.Timeout(
+            connect=timeout.connect, read=None, write=timeout.write, pool=timeout.pool
+        )
+        return timeout.read, rest
+    return None, timeout
+
+
 async def _body(
     opened: contextlib.AbstractAsyncContextManager[Any],
     decoder: PayloadDecoder | ChatDecoder,
     feed: Callable[[bytes], list[T]],
+    read_timeout: float | None,
 ) -> AsyncGenerator[T, None]:
     """What ``feed`` makes of the streamed body of the response ``opened`` gives, until
     ``[DONE]`` or its end.
 
     One generator from the request to the items (each layer of async generators costs
-    every token a resumption); the bytes are the HTTP response's own ``aiter_bytes`` (what
-    the SDK's ``iter_bytes`` passes on: decoded, any content encoding undone). Errors are
-    the SDK's (see the module docstring).
+    every token a resumption). The bytes are the HTTP response's raw bytes when it has no
+    content encoding, else its decoded ``aiter_bytes`` (what the SDK's ``iter_bytes``
+    passes on). ``read_timeout`` covers the wait for the response and every read
+    (:class:`_ReadTimer`). Errors are the SDK's (see the module docstring).
     """
-    async with opened as response:
-        request = response.http_request
-        body = response.http_response.aiter_bytes()
-        while True:
-            try:
-                chunk = await anext(body)
-            except StopAsyncIteration:
-                return
-            except openai.APIError:
-                raise
-            except Exception as exc:  # the HTTP library's read / timeout errors
-                raise openai.APIConnectionError(message=str(exc), request=request) from exc
-            try:
-                items = feed(chunk)
-            except StreamError as exc:
-                raise openai.APIError(str(exc), request, body=exc.body) from None
-            for item in items:
-                yield item
-            if decoder.error is not None:
-                raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
-            if decoder.done:
-                async for _ in body:  # the rest (normally nothing): keeps the connection
-                    pass
-                return
+    timer = _ReadTimer(read_timeout) if read_timeout is not None else None
+    request: Any = None
+    try:
+        if timer is not None:
+            timer.reading()
+        async with opened as response:
+            request = response.http_request
+            http = response.http_response
+            encoding = http.headers.get("content-encoding", "identity").strip().lower()
+            body = http.aiter_raw() if encoding == "identity" else http.aiter_bytes()
+            while True:
+                if timer is not None:
+                    timer.reading()
+                try:
+                    chunk = await anext(body)
+                except StopAsyncIteration:
+                    return
+                except openai.APIError:
+                    raise
+                except Exception as exc:  # the HTTP library's read / timeout errors
+                    raise openai.APIConnectionError(message=str(exc), request=request) from exc
+                if timer is not None:
+                    timer.done()
+                try:
+                    items = feed(chunk)
+                except StreamError as exc:
+                    raise openai.APIError(str(exc), request, body=exc.body) from None
+                for item in items:
+                    yield item
+                if decoder.error is not None:
+                    raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
+                if decoder.done:
+                    async for _ in body:  # the rest (normally nothing): keeps the connection
+                        pass
+                    return
+    except asyncio.CancelledError:
+        if timer is not None and timer.timed_out():
+            raise openai.APITimeoutError(request=request) from None
+        raise
+    finally:
+        if timer is not None:
+            timer.close()
 
 
 def chat_delta(payload: dict[str, Any]) -> dict[str, Any] | None:
@@ -325,8 +412,11 @@ def stream_deltas(
     """
     decoder = ChatDecoder(on_usage)
     sent = _sent_as_is(params, messages=[])
-    opened = llm.chat.completions.with_streaming_response.create(stream=True, **sent)
-    return _body(opened, decoder, decoder.feed)
+    read_timeout, timeout = _timeouts(llm, sent)
+    opened = llm.chat.completions.with_streaming_response.create(
+        stream=True, timeout=timeout, **sent
+    )
+    return _body(opened, decoder, decoder.feed, read_timeout)
 
 
 class ResponsesReader:
@@ -425,8 +515,9 @@ def stream_response_deltas(
     def feed(chunk: bytes) -> list[dict[str, Any]]:
         return [delta for event in decoder.feed(chunk) for delta in reader.read(*event)]
 
-    opened = llm.responses.with_streaming_response.create(stream=True, **sent)
-    return _body(opened, decoder, feed)
+    read_timeout, timeout = _timeouts(llm, sent)
+    opened = llm.responses.with_streaming_response.create(stream=True, timeout=timeout, **sent)
+    return _body(opened, decoder, feed, read_timeout)
 
 
 def _chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
