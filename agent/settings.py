@@ -67,7 +67,8 @@ class Settings:
     model thinks, sent in the provider's own form; ``low`` or ``none`` keep voice answers
     fast."""
     llm_timeout_s: float = 120.0
-    """``ALICIA_LLM_TIMEOUT`` (default 120): seconds before one LLM request is abandoned."""
+    """``ALICIA_LLM_TIMEOUT`` (default 120): seconds the endpoint may stay silent (no response,
+    or no byte mid-stream) before the request is abandoned; also the connect/write timeout."""
     max_tool_rounds: int = 4
     """``ALICIA_MAX_TOOL_ROUNDS`` (default 4): LLM calls per turn that may end in tool calls."""
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
