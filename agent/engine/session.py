@@ -88,15 +88,29 @@ from .takeover import replay_stored, restore, seal_for
 from .transport import Left, Packet, Peer, Transport
 from .turn import Exchange
 
-__all__ = ["HISTORY_LIMIT", "ProtocolSession", "ReplayGap"]
+__all__ = [
+    "HISTORY_LIMIT",
+    "KNOWN_IDS",
+    "RETAINED_TURNS",
+    "STEP_CHAINS",
+    "ProtocolSession",
+    "ReplayGap",
+]
 
 logger = logging.getLogger("alicia.conversation")
 
 HISTORY_LIMIT: Final = 200
 """Past exchanges a conversation remembers (for owners, variations and the LLM context)."""
+STEP_CHAINS: Final = 256
+"""``stepIndex`` chains a conversation keeps in memory (one per turn; the least recently
+advanced is dropped first, and a turn seeds its chain from storage again)."""
+KNOWN_IDS: Final = 2 * STEP_CHAINS
+"""Message ids remembered per conversation to refuse reuse: the user messages and answers
+of the last 256 turns (more than the history holds). An older id is forgotten; storage
+keeps what it stored first under it."""
+RETAINED_TURNS: Final = max(HISTORY_LIMIT, STEP_CHAINS, KNOWN_IDS // 2)
+"""Turns after which a conversation's memory stops growing: every per-turn store is full."""
 _KEY_TIMEOUT_S: Final = 5.0
-_KNOWN_IDS: Final = 10_000
-"""Message ids remembered per conversation to refuse reuse (oldest forgotten first)."""
 _FROM_CLIENTS: Final = (
     Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
     _AudioChunk, ErrorMessage, UnknownBody,
@@ -141,7 +155,7 @@ class ProtocolSession:
         self.data_sealer: ReasoningSealer | None = None
         """Seals with the conversation's own data key (from ``keys``), if there is one."""
         self._keys = keys
-        self.steps = StepTracker(max_chains=256)
+        self.steps = StepTracker(max_chains=STEP_CHAINS)
         """``stepIndex`` chains of this conversation (shared by every turn)."""
         self.participants: dict[str, Participant] = {}
         self.history: list[Exchange] = []
@@ -287,7 +301,7 @@ class ProtocolSession:
         """Note ``message_id`` as used in this conversation (reuse is refused)."""
         self._ids[message_id] = None
         self._ids.move_to_end(message_id)
-        while len(self._ids) > _KNOWN_IDS:
+        while len(self._ids) > KNOWN_IDS:
             self._ids.popitem(last=False)
 
     def may_act_for(self, p: Participant, owner: str | None) -> bool:
