@@ -178,14 +178,30 @@ async def token_llm_server(rate: float, paragraphs: int) -> None:
 
         return on_event
 
-    async with RecordedLLM(on_stream=on_stream) as llm:
+    def play(rate: float, paragraphs: int) -> None:
         llm.route_model(MODEL, Play(TOKEN_TURN, chunk_delay=1.0 / rate, paragraphs=paragraphs))
+
+    async def commands() -> None:  # stdin: ``PLAY <rate> <paragraphs>`` for the next turns
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        while line := await reader.readline():
+            kind, *rest = line.decode().split()
+            if kind == "PLAY":
+                play(float(rest[0]), int(rest[1]))
+
+    async with RecordedLLM(on_stream=on_stream) as llm:
+        play(rate, paragraphs)
+        listener = asyncio.create_task(commands())
         _out(json.dumps({"url": llm.base_url}))
         sys.stdout.flush()
-        while True:
-            await asyncio.sleep(0.25)
-            _out(f"T {time.monotonic_ns()} {tokens}")
-            sys.stdout.flush()
+        try:
+            while True:
+                await asyncio.sleep(0.25)
+                _out(f"T {time.monotonic_ns()} {tokens}")
+                sys.stdout.flush()
+        finally:
+            listener.cancel()
 
 
 _JOINS_AT_ONCE = 5
@@ -533,6 +549,7 @@ class Joined:
     mismatched: int = 0
     bad_answers: int = 0
     turns: int = 0
+    room_turns: dict[str, int] = field(default_factory=dict)  # room -> turns finished
     errors: int = 0
     tokens: list[tuple[int, int]] = field(default_factory=list)  # (ns, tokens written)
 
@@ -567,6 +584,7 @@ class Joined:
                 self._match(sent, int(recv), int(closed))
         elif kind == "A":
             self.turns += 1
+            self.room_turns[rest[0]] = self.room_turns.get(rest[0], 0) + 1
             self.bad_answers += rest[3] != "1"
         elif kind == "X":
             self.errors += 1
@@ -642,6 +660,7 @@ class Load:
         self._stack = contextlib.AsyncExitStack()
         self._clients: list[asyncio.subprocess.Process] = []
         self._agent_proc: asyncio.subprocess.Process | None = None
+        self._llm: asyncio.subprocess.Process | None = None
         self._readers: list[asyncio.Task[None]] = []
         self._ready = asyncio.Event()
         self._ready_procs = 0
@@ -677,6 +696,7 @@ class Load:
             spawn("--token-llm", str(self.rate), str(self.paragraphs))
         )
         assert llm.stdout is not None
+        self._llm = llm
         self.llm_pid = llm.pid
         base_url = json.loads(await llm.stdout.readline())["url"]
         self._readers.append(asyncio.create_task(self._read(llm, self.joined.llm_line)))
@@ -756,6 +776,17 @@ class Load:
             "server": [server.pid] if server is not None else [],
         }
         return {k: sum(_cpu_or_zero(p) for p in v) for k, v in pids.items()}
+
+    async def play(self, rate: float, paragraphs: int) -> None:
+        """Let the LLM serve the turns that start from now at ``rate`` tokens/s with
+        ``paragraphs`` reasoning paragraphs."""
+        assert self._llm is not None and self._llm.stdin is not None
+        self._llm.stdin.write(f"PLAY {rate:g} {paragraphs}\n".encode())
+        await self._llm.stdin.drain()
+
+    def fewest_turns(self) -> int:
+        """Turns finished by the room that has finished the fewest."""
+        return min((self.joined.room_turns.get(n, 0) for n in self.names), default=0)
 
     def alive(self) -> bool:
         """The agent process still runs."""

@@ -1,6 +1,6 @@
 """Soak: the realistic rooms load on ONE worker for minutes; does it leak or slow down?
 
-Run: ``.venv/bin/python bench/soak.py --minutes 20 --rooms 50`` (``--rooms``: half of the
+Run: ``.venv/bin/python bench/soak.py --minutes 20 --rooms 62`` (``--rooms``: half of the
 rooms figure of ``bench/rooms.py``). All real, on 127.0.0.1, all on this machine: the same
 load as ``bench/rooms.py`` (its ``Load``): livekit-server, the recorded LLM in its own
 process serving token-level turns (one SSE chunk per token, ``--rate`` tokens/s per room,
@@ -8,6 +8,13 @@ process serving token-level turns (one SSE chunk per token, ``--rate`` tokens/s 
 process (``python -m alicia.agent start``, thread job executor, every room in it) and one
 client per room (``rtc.Room`` in client processes) that sends its next UserMessage as soon
 as the answer ends, for the whole run.
+
+First a warm-up: the LLM serves short turns (one paragraph, ``--warmup-rate`` tokens/s)
+until every room has made ``--warmup-turns`` turns, by default the engine's
+``RETAINED_TURNS``, after which a conversation's memory stops growing (its history, step
+chains and remembered ids are full). Then the load above for ``--minutes``: a slope
+measured while each room's bounded stores are still filling would show their filling, not
+a leak.
 
 Every ``--interval`` seconds (default 60; at most a sixth of the run, so a short run still
 has samples) it samples the worker process: ``VmRSS`` (``/proc/<pid>/status``), open file
@@ -41,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from alicia.agent.engine.session import RETAINED_TURNS
 from alicia.harness import LiveKitServer
 from bench._stats import cpu_seconds, fd_count, percentile, rss_bytes, slope
 from bench.rooms import Load
@@ -85,6 +93,8 @@ async def soak(args: argparse.Namespace) -> None:
                 flush=True,
             )
             pid, joined = load.pid, load.joined
+            if args.warmup_turns > 0:
+                await warm_up(load, args)
             begin = previous = time.monotonic_ns()
             cpu = cpu_seconds(pid)
             while previous - begin < total * 1e9 - 1e6:
@@ -130,6 +140,40 @@ async def soak(args: argparse.Namespace) -> None:
     )
 
 
+_STALLED_S = 60.0
+
+
+async def warm_up(load: Load, args: argparse.Namespace) -> None:
+    """Short, fast turns until every room has made ``--warmup-turns`` turns (by default
+    the turns after which a conversation's memory stops growing), then the soak's load."""
+    started = time.monotonic()
+    await load.play(args.warmup_rate, 1)
+    shown = moved = started
+    turns = load.joined.turns
+    while load.fewest_turns() < args.warmup_turns and load.alive():
+        await asyncio.sleep(1.0)
+        if load.joined.turns != turns:
+            turns, moved = load.joined.turns, time.monotonic()
+        elif time.monotonic() - moved > _STALLED_S:
+            print(f"warm-up: no turn ended for {_STALLED_S:g} s; going on", flush=True)
+            break
+        if time.monotonic() - shown >= 30:
+            shown = time.monotonic()
+            print(
+                f"warm-up: {time.monotonic() - started:5.0f} s, fewest turns in a room "
+                f"{load.fewest_turns()}, rss={rss_bytes(load.pid) / 2**20:.1f} MB",
+                flush=True,
+            )
+    await load.play(args.rate, args.paragraphs)
+    print(
+        f"warm-up done in {time.monotonic() - started:.0f} s: every room made at least "
+        f"{load.fewest_turns()} turns ({load.joined.turns} in all), "
+        f"rss={rss_bytes(load.pid) / 2**20:.1f} MB; now {args.rate:g} tokens/s, "
+        f"{args.paragraphs} paragraphs per turn",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the soak."""
     parser = argparse.ArgumentParser(
@@ -137,11 +181,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--minutes", type=float, default=20.0, help="length of the run")
     parser.add_argument(
-        "--rooms", type=int, default=50, help="rooms (half of bench/rooms.py's figure)"
+        "--rooms", type=int, default=62, help="rooms (half of bench/rooms.py's figure)"
     )
     parser.add_argument("--rate", type=float, default=50.0, help="tokens/s per room")
     parser.add_argument("--paragraphs", type=int, default=4, help="reasoning paragraphs per turn")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument(
+        "--warmup-turns",
+        type=int,
+        default=RETAINED_TURNS,
+        help="short fast turns per room before the measured minutes (0: none); by default "
+        "the turns after which a conversation's memory stops growing",
+    )
+    parser.add_argument(
+        "--warmup-rate", type=float, default=500.0, help="tokens/s per room in the warm-up"
+    )
     parser.add_argument(
         "--warmup-minutes", type=float, default=2.0, help="samples left out of the slopes"
     )

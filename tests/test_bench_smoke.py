@@ -157,8 +157,10 @@ def test_the_rooms_benchmark_keeps_its_per_packet_trial(tmp_path: Path) -> None:
 
 
 def test_the_soak_ends_with_its_result_line(tmp_path: Path) -> None:
-    """Twelve seconds of the rooms load on two rooms, sampled every two seconds."""
-    last = _last_line("bench/soak.py", ["--minutes", "0.2", "--rooms", "2"], tmp_path, 200)
+    """A warm-up of five turns, then twelve seconds of the rooms load on two rooms, sampled
+    every two seconds."""
+    args = ["--minutes", "0.2", "--rooms", "2", "--warmup-turns", "5"]
+    last = _last_line("bench/soak.py", args, tmp_path, 200)
     keys = ("rss_slope_mb_per_h", "fd_slope_per_h", "p99_ms_first", "p99_ms_last")
     assert re.fullmatch(_result(keys), last), last
 
