@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,14 @@ from alicia.agent.engine.events import (
 from alicia.agent.engine.participants import LLMUnavailable
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.engine.turn import Exchange, Turn, TurnOptions
-from alicia.harness.recorded_llm import ENDLESS, Play, RecordedLLM, load_manifest
+from alicia.harness.recorded_llm import (
+    ENDLESS,
+    TOKEN_TURN,
+    TURN_ANSWER,
+    Play,
+    RecordedLLM,
+    load_manifest,
+)
 from alicia.protocol import StepTracker
 from tests.test_llm_stream import body_handler, chunk, sse
 from tests.test_llm_stream import serve as serve  # the fixture
@@ -196,6 +203,55 @@ async def test_a_stop_while_the_consumer_is_busy_takes_effect_at_the_next_event(
     assert len(steps) == 1
     end = events[-1]
     assert isinstance(end, TurnEnded) and end.status == "stopped"
+
+
+@pytest.mark.parametrize("deltas", [False, True])
+async def test_a_stop_after_the_stream_was_read_ahead_sends_the_answer_it_keeps(
+    deltas: bool,
+) -> None:
+    """The stream is read while the consumer is busy: a stop then sends the answer text
+    already read (so what leaves is the answer kept), drops the steps not yet given, and
+    leaves no gap in the step chain."""
+    written = asyncio.Event()
+
+    def on_stream(body: object, stream: str) -> Callable[[str, int], None]:
+        def on_event(event: str, ns: int) -> None:
+            if event == "data: [DONE]":
+                asyncio.get_running_loop().call_soon(written.set)
+
+        return on_event
+
+    async with (
+        RecordedLLM(on_stream=on_stream) as llm,
+        openai.AsyncOpenAI(base_url=llm.base_url, api_key="t", max_retries=0) as client,
+    ):
+        llm.script(Play(TOKEN_TURN, chunk_delay=0.001, paragraphs=2))
+        chains = StepTracker()
+        turn = turn_for(client, "rice", deltas=deltas, steps=chains)
+        events: list[TurnEvent] = []
+        async for event in turn.events():
+            events.append(event)
+            if isinstance(event, StepReady) and event.index == 1:
+                await asyncio.wait_for(written.wait(), 10)  # step 2 and the answer are out
+                await asyncio.sleep(0.3)  # and read (without deltas: all of it)
+                turn.stop()
+    end = events[-1]
+    assert isinstance(end, TurnEnded) and end.status == "stopped"
+    assert end.answer and TURN_ANSWER.startswith(end.answer)
+    if not deltas:  # a few batches: the whole answer was read (deltas: 64 tokens ahead)
+        assert end.answer == TURN_ANSWER.strip()
+    steps = [e for e in events if isinstance(e, StepReady)]
+    assert [s.index for s in steps] == [1] and end.steps == 1
+    assert chains.last_index("msg_user1") == 1  # a regeneration goes on at 2
+    kinds = [type(e) for e in events]
+    assert kinds.count(AnswerStarted) == 1
+    assert kinds.index(StepReady) < kinds.index(AnswerStarted)
+    sentences = [e for e in events if isinstance(e, SentenceReady)]
+    assert sentences[-1].final and not any(s.final for s in sentences[:-1])
+    assert " ".join(s.text for s in sentences).split() == end.answer.split()
+    if deltas:
+        text = "".join(e.text for e in events if isinstance(e, AnswerDelta))
+        assert text.strip() == end.answer
 
 
 async def test_a_stop_before_the_turn_starts_calls_no_model(

@@ -18,7 +18,10 @@ yields :mod:`~alicia.agent.engine.events` as the text arrives:
 :meth:`Turn.stop` may be called from any task: the LLM stream or running tool is
 abandoned at once and the turn still ends properly (the answer so far, ``stopped``).
 A stop that arrives while the consumer is busy with an event takes effect when it asks
-for the next one, so the consumer never sees a cancellation of its own work.
+for the next one, so the consumer never sees a cancellation of its own work. The stream
+is read a little ahead of the consumer: a stop still sends the answer text already read
+(what leaves is the answer kept), while steps not yet given are dropped, uncounted and
+unnumbered.
 """
 
 from __future__ import annotations
@@ -70,6 +73,28 @@ __all__ = ["Exchange", "Turn", "TurnOptions"]
 logger = logging.getLogger("alicia.turn")
 
 _SEED_TIMEOUT_S: Final = 1.0
+
+
+@dataclass
+class _Shown:
+    """What a turn has given its consumer: the answer's start, answer characters (as
+    deltas), sentences and steps."""
+
+    started: bool = False
+    answer_chars: int = 0
+    sentences: int = 0
+    steps: int = 0
+
+    def note(self, event: TurnEvent) -> None:
+        """Count ``event``, which the consumer is given now."""
+        if isinstance(event, StepReady):
+            self.steps += 1
+        elif isinstance(event, AnswerStarted):
+            self.started = True
+        elif isinstance(event, AnswerDelta):
+            self.answer_chars += len(event.text)
+        elif isinstance(event, SentenceReady):
+            self.sentences += 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +214,11 @@ class Turn:
         self._answer: list[str] = []
         self._round_text: list[str] = []
         self._answer_open = False
-        self._step_count = 0
+        """The answer has begun (its ``AnswerStarted`` is made; maybe not yet yielded)."""
+        self._made: list[str] = []
+        """Answer sentences made, in order (the stream is read ahead of the consumer)."""
+        self._shown = _Shown()
+        """What the consumer has been given so far."""
         self._usage: Usage | None = None
         self._stopped = False
         self._started = False
@@ -241,6 +270,7 @@ class Turn:
                 async with contextlib.aclosing(self._rounds()) as rounds:
                     async for event in rounds:
                         self._inside = False
+                        self._shown.note(event)
                         yield event
                         self._inside = True
                         if self._stopped:
@@ -280,10 +310,19 @@ class Turn:
         return True
 
     def _tail(self, status: TurnStatus, error: ProtocolError | None) -> list[TurnEvent]:
+        """The end of the answer and ``TurnEnded``. The answer text read before a stop but
+        not yet given to the consumer goes out here, so what leaves is the answer kept;
+        steps not yet given are dropped (and not counted)."""
+        shown = self._shown
         out: list[TurnEvent] = []
-        if not self._answer_open:
+        if not shown.started:
             self._answer_open = True
             out.append(AnswerStarted())
+        if self._deltas:
+            unsent = "".join(self._answer)[shown.answer_chars :]
+            if unsent:
+                out.append(AnswerDelta(unsent))
+        out.extend(SentenceReady(text) for text in self._made[shown.sentences :])
         rest = self._sentences.flush()
         out.extend(SentenceReady(text) for text in rest[:-1])
         out.append(SentenceReady(rest[-1] if rest else "", final=True))
@@ -292,7 +331,7 @@ class Turn:
             TurnEnded(
                 status,
                 answer,
-                self._step_count,
+                shown.steps,
                 self._usage,
                 error,
                 kept=self._kept if status == "complete" else None,
@@ -420,14 +459,16 @@ class Turn:
             contextlib.aclosing(pump(stream, process, cut, segmenter.due, self._clock)) as it,
         ):
             async for batch in it:
-                for event in await self._events(batch):
-                    yield event
+                await self._seeded(batch)
+                for item in batch:
+                    yield self._event(item)
         tail: list[_Item] = []
         for part in extractor.flush():
             self._part(part, segmenter, tail)
         tail.extend(self._closed(segmenter.close()))
-        for event in await self._events(tail):
-            yield event
+        await self._seeded(tail)
+        for item in tail:
+            yield self._event(item)
         found.extend(calls[i] for i in sorted(calls))
         for i, call in enumerate(found):
             if not call.id:
@@ -462,7 +503,9 @@ class Turn:
         self._round_text.append(part.text)
         if self._deltas:
             out.append(AnswerDelta(part.text))
-        out.extend(SentenceReady(text) for text in self._sentences.push(part.text))
+        for text in self._sentences.push(part.text):
+            self._made.append(text)
+            out.append(SentenceReady(text))
 
     def _closed(self, texts: list[str]) -> list[_Item]:
         """Closed steps, with their summaries and closing time, waiting for their indexes."""
@@ -470,7 +513,6 @@ class Turn:
             return []
         summary_mode = self._round_summarised and not self._round_raw
         closed = time.monotonic_ns()
-        self._step_count += len(texts)
         out: list[_Item] = []
         for text in texts:
             summary: str | None = None
@@ -482,24 +524,27 @@ class Turn:
             out.append(_Closed(text, closed, summary))
         return out
 
-    async def _events(self, items: list[_Item]) -> list[TurnEvent]:
-        """``items`` as events: closed steps numbered in their chains (the first one waits,
-        at most 1 s, for the stored index that seeds its chain)."""
-        if self._seed is not None and any(isinstance(item, _Closed) for item in items):
-            seed, self._seed = self._seed, None
-            try:
-                async with asyncio.timeout(_SEED_TIMEOUT_S):
-                    last = await seed
-            except Exception:
-                logger.warning("stored step index unavailable", extra={"previous_id": self.user_id})
-                last = 0
-            self._steps.seed(self.user_id, max(last, self._steps.last_index(self.user_id)))
-        return [
-            StepReady(item.text, self._steps.next_index(self.user_id), item.closed, item.summary)
-            if isinstance(item, _Closed)
-            else item
-            for item in items
-        ]
+    async def _seeded(self, items: list[_Item]) -> None:
+        """Before the first closed step leaves, wait (at most 1 s) for the stored index
+        that seeds the chain of this turn's user message."""
+        if self._seed is None or not any(isinstance(item, _Closed) for item in items):
+            return
+        seed, self._seed = self._seed, None
+        try:
+            async with asyncio.timeout(_SEED_TIMEOUT_S):
+                last = await seed
+        except Exception:
+            logger.warning("stored step index unavailable", extra={"previous_id": self.user_id})
+            last = 0
+        self._steps.seed(self.user_id, max(last, self._steps.last_index(self.user_id)))
+
+    def _event(self, item: _Item) -> TurnEvent:
+        """``item`` as it leaves: a closed step takes the next index of its chain only
+        now, so a step dropped by a stop leaves no gap."""
+        if isinstance(item, _Closed):
+            index = self._steps.next_index(self.user_id)
+            return StepReady(item.text, index, item.closed, item.summary)
+        return item
 
     async def _run_tool(self, call: ToolCall) -> AsyncIterator[TurnEvent]:
         assert self._tools is not None
