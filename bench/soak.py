@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from alicia.agent.engine.session import RETAINED_TURNS
+from alicia.agent.engine.retention import RETAINED_TURNS
 from alicia.harness import LiveKitServer
 from bench._stats import cpu_seconds, fd_count, percentile, rss_bytes, slope
 from bench.rooms import Load

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import openai
 
 from alicia.agent.engine.conversation import Conversation
-from alicia.agent.engine.session import HISTORY_LIMIT, KNOWN_IDS, RETAINED_TURNS, STEP_CHAINS
+from alicia.agent.engine.retention import HISTORY_LIMIT, KNOWN_IDS, RETAINED_TURNS, STEP_CHAINS
 from alicia.harness.recorded_llm import TOKEN_TURN, Play, RecordedLLM
 from alicia.protocol import AssistantSentence, ErrorMessage, StartAnswer, UserMessage, decode
 from tests.fakes import FakeClient, MemoryTransport, RecordingSink, Sent

@@ -10,6 +10,7 @@
   and the errors the engine reports to clients.
 * ``tools.py``: the server-executed function tools.
 * ``keeper.py``: reasoning kept for a provider's pass-back rule, sealed while it waits.
+* ``retention.py``: what a conversation keeps per turn (history, step chains, ids), capped.
 * ``sealing.py``: JWE sealing of reasoning (``encryptedValue``) and the data-key port.
 * Ports, owned here and implemented by the layers around it: ``transport.py``
   (:class:`~alicia.agent.engine.transport.Transport`, implemented by front ends) and ``sink.py``

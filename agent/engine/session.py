@@ -81,6 +81,7 @@ from .participants import (
     WrongConversation,
 )
 from .projection import TurnProjection
+from .retention import HISTORY_LIMIT, KNOWN_IDS, STEP_CHAINS
 from .sealing import DataKeys, ReasoningSealer
 from .sink import META_FROM, ConversationStore, StepSink
 from .source import TurnSource
@@ -88,28 +89,10 @@ from .takeover import replay_stored, restore, seal_for
 from .transport import Left, Packet, Peer, Transport
 from .turn import Exchange
 
-__all__ = [
-    "HISTORY_LIMIT",
-    "KNOWN_IDS",
-    "RETAINED_TURNS",
-    "STEP_CHAINS",
-    "ProtocolSession",
-    "ReplayGap",
-]
+__all__ = ["ProtocolSession", "ReplayGap"]
 
 logger = logging.getLogger("alicia.conversation")
 
-HISTORY_LIMIT: Final = 200
-"""Past exchanges a conversation remembers (for owners, variations and the LLM context)."""
-STEP_CHAINS: Final = 256
-"""``stepIndex`` chains a conversation keeps in memory (one per turn; the least recently
-advanced is dropped first, and a turn seeds its chain from storage again)."""
-KNOWN_IDS: Final = 2 * STEP_CHAINS
-"""Message ids remembered per conversation to refuse reuse: the user messages and answers
-of the last 256 turns (more than the history holds). An older id is forgotten; storage
-keeps what it stored first under it."""
-RETAINED_TURNS: Final = max(HISTORY_LIMIT, STEP_CHAINS, KNOWN_IDS // 2)
-"""Turns after which a conversation's memory stops growing: every per-turn store is full."""
 _KEY_TIMEOUT_S: Final = 5.0
 _FROM_CLIENTS: Final = (
     Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
