@@ -314,19 +314,20 @@ class Turn:
         not yet given to the consumer goes out here, so what leaves is the answer kept;
         steps not yet given are dropped (and not counted)."""
         shown = self._shown
+        text = "".join(self._answer)
         out: list[TurnEvent] = []
         if not shown.started:
             self._answer_open = True
             out.append(AnswerStarted())
         if self._deltas:
-            unsent = "".join(self._answer)[shown.answer_chars :]
+            unsent = text[shown.answer_chars :]
             if unsent:
                 out.append(AnswerDelta(unsent))
         out.extend(SentenceReady(text) for text in self._made[shown.sentences :])
         rest = self._sentences.flush()
         out.extend(SentenceReady(text) for text in rest[:-1])
         out.append(SentenceReady(rest[-1] if rest else "", final=True))
-        answer = strip_reasoning("".join(self._answer)).strip()
+        answer = strip_reasoning(text).strip()
         out.append(
             TurnEnded(
                 status,
