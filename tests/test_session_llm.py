@@ -21,7 +21,7 @@ from alicia.agent.engine.keeper import Keeper
 from alicia.agent.engine.sealing import ReasoningSealer
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.session import AliciaLLM
-from alicia.agent.session.llm import PASSBACK_EXTRA, REASONING_EXTRA
+from alicia.agent.session.llm import PASSBACK_EXTRA, PassBackStore
 from alicia.agent.session.tools import session_tools
 from alicia.harness.recorded_llm import RecordedLLM
 
@@ -81,7 +81,7 @@ async def one_round(model: AliciaLLM, text: str) -> list[llm.ChatChunk]:
     "shape",
     ["deepseek_reasoning_content", "ollama_qwen3_think_inline", "vllm_reasoning", "thinking_field"],
 )
-async def test_answer_is_content_and_reasoning_is_only_in_extra(
+async def test_answer_is_content_and_reasoning_goes_only_to_observers(
     server: RecordedLLM, shape: str
 ) -> None:
     spec = server.spec(shape)
@@ -94,19 +94,19 @@ async def test_answer_is_content_and_reasoning_is_only_in_extra(
     finally:
         await model.aclose()
     content = "".join(c.delta.content or "" for c in chunks if c.delta)
-    reasoning = "".join((c.delta.extra or {}).get(REASONING_EXTRA) or "" for c in chunks if c.delta)
     assert words(content) == words(spec.answer)
-    assert words(reasoning) == words(" ".join(spec.steps))
     for step in spec.steps:
         assert step not in content
     assert "<think>" not in content and "</think>" not in content
-    # The last word on the reasoning key is None: nothing left on a stored message.
-    extras = [c.delta.extra for c in chunks if c.delta and c.delta.extra is not None]
-    assert extras and REASONING_EXTRA in extras[-1] and extras[-1][REASONING_EXTRA] is None
-    # The observer saw the same reasoning and answer, in order.
+    # No chunk carries reasoning: livekit-agents merges chunk extras into the message
+    # its session host sends to every participant.
+    assert [c.delta.extra for c in chunks if c.delta and c.delta.extra] == []
+    canary = spec.steps[0][:60]
+    assert canary not in json.dumps([c.model_dump(mode="json") for c in chunks])
+    # The observer saw the reasoning and the answer, in order.
     seen_answer = "".join(t for k, t in recorder.seen if k == "answer")
     seen_reasoning = "".join(t for k, t in recorder.seen if k == "reasoning")
-    assert seen_answer == content and seen_reasoning == reasoning
+    assert seen_answer == content and words(seen_reasoning) == words(" ".join(spec.steps))
     kinds = [k for k, _ in recorder.seen]
     assert kinds[0] == "start" and kinds.index("answer") > kinds.index("reasoning")
     assert len(recorder.ended) == 1 and recorder.ended[0][2] is None
@@ -128,14 +128,17 @@ async def test_responses_api_round(server: RecordedLLM) -> None:
     spec = server.spec("responses_raw_reasoning")
     server.script(spec.name)
     model = make_llm(server, spec.model, provider="vllm", api="responses")
+    recorder = Recorder()
+    model.observe(recorder)
     try:
         chunks = await one_round(model, spec.user)
     finally:
         await model.aclose()
     content = "".join(c.delta.content or "" for c in chunks if c.delta)
-    reasoning = "".join((c.delta.extra or {}).get(REASONING_EXTRA) or "" for c in chunks if c.delta)
+    reasoning = "".join(t for k, t in recorder.seen if k == "reasoning")
     assert words(content) == words(spec.answer)
     assert words(reasoning) == words(" ".join(spec.steps))
+    assert spec.steps[0][:60] not in json.dumps([c.model_dump(mode="json") for c in chunks])
     body = server.requests[-1]
     assert body["store"] is False and body["input"][-1]["role"] == "user"
 
@@ -186,11 +189,13 @@ async def test_a_session_tool_round_passes_back_what_the_provider_requires(
             c["extra_content"]["google"]["thought_signature"] for c in assistant["tool_calls"]
         }
         assert signatures == {passback["thought_signature"]}
-    # While it waited in the session's history, the pass-back was sealed.
-    for item in history:
-        if isinstance(item, llm.FunctionCall) and PASSBACK_EXTRA in item.extra:
-            kept = item.extra[PASSBACK_EXTRA]
-            assert kept["plain"] is None and kept["sealed"].count(".") == 4
+    # While it waited, the pass-back was sealed, and in the LLM, not on the history.
+    assert not any(PASSBACK_EXTRA in item.extra for item in history if hasattr(item, "extra"))
+    kept = model._passbacks.get(spec.tool_calls[0]["id"])
+    if "reasoning_content" in passback:
+        assert kept is not None and kept.plain is None and (kept.sealed or "").count(".") == 4
+    else:  # Gemini's signatures travel on the calls themselves
+        assert kept is None
     # No reasoning text anywhere in what the session keeps or says.
     said = json.dumps([i.model_dump(mode="json") for i in history])
     for step in [*spec.steps, *follow.steps]:
@@ -210,3 +215,15 @@ async def test_without_the_providers_rule_the_same_session_round_is_refused(
     finally:
         await model.aclose()
     assert [r.stream for r in server.rejections] == [spec.followup]
+
+
+def test_the_passback_store_is_bounded_oldest_out_first() -> None:
+    from alicia.agent.engine.keeper import Kept
+
+    store = PassBackStore(limit=3)
+    for i in range(5):
+        store.put(f"k{i}", Kept(plain={"i": i}))
+    assert len(store) == 3
+    assert store.get("k0") is None and store.get("k1") is None
+    assert [store.get(f"k{i}") for i in (2, 3, 4)] == [Kept(plain={"i": i}) for i in (2, 3, 4)]
+    assert store.get(None) is None and store.get(["k2"]) is None

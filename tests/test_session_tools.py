@@ -20,7 +20,7 @@ from alicia.agent.engine.keeper import Keeper
 from alicia.agent.engine.sealing import ReasoningSealer
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.session import AliciaLLM
-from alicia.agent.session.llm import PASSBACK_EXTRA, REASONING_EXTRA
+from alicia.agent.session.llm import PASSBACK_EXTRA
 from alicia.agent.session.tools import session_tools
 from alicia.harness.recorded_llm import RecordedLLM
 
@@ -102,15 +102,17 @@ async def test_chat_yields_function_tool_calls_with_their_passback(
         (t["name"], json.loads(t["arguments"]), t["id"]) for t in spec.tool_calls
     ]
     content = "".join(c.delta.content or "" for c in chunks if c.delta)
-    reasoning = "".join((c.delta.extra or {}).get(REASONING_EXTRA) or "" for c in chunks if c.delta)
-    assert words(reasoning) == words(" ".join(spec.steps))
     for step in spec.steps:
         assert step not in content
+    said = json.dumps([c.model_dump(mode="json") for c in chunks])
+    for step in spec.steps:
+        assert step[:60] not in said
     passback = spec.passback or {}
-    if "reasoning_content" in passback:  # sealed on the first call, nowhere in plaintext
-        kept = (calls[0].extra or {})[PASSBACK_EXTRA]
-        assert kept["plain"] is None and kept["sealed"].count(".") == 4
-        assert passback["reasoning_content"] not in json.dumps([c.extra for c in calls])
+    if "reasoning_content" in passback:  # sealed, in the LLM, by the first call's id
+        assert not any(PASSBACK_EXTRA in (c.extra or {}) for c in calls)
+        kept = model._passbacks.get(calls[0].call_id)
+        assert kept is not None and kept.plain is None and (kept.sealed or "").count(".") == 4
+        assert passback["reasoning_content"] not in said
     if "thought_signature" in passback:
         assert {(c.extra or {})["google"]["thought_signature"] for c in calls} == {
             passback["thought_signature"]
@@ -175,8 +177,39 @@ async def test_no_reasoning_canary_on_the_stored_assistant_message(
         await model.aclose()
     (assistant,) = [i for i in history if isinstance(i, llm.ChatMessage) and i.role == "assistant"]
     assert words(assistant.text_content or "") == words(spec.answer)
-    assert assistant.extra.get(REASONING_EXTRA) is None
+    assert "alicia_reasoning" not in assistant.extra
     canary = spec.steps[0][:60]
     assert canary in spec.reasoning  # the phrase is really in what the model reasoned
     assert canary not in (assistant.text_content or "")
     assert canary not in json.dumps(assistant.extra)
+
+
+async def test_responses_reasoning_goes_back_on_later_turns_by_reference_not_by_text(
+    server: RecordedLLM,
+) -> None:
+    """Each answer's reasoning items go back before that answer, found by the opaque
+    reference on its message (never by its text: two identical answers each get their
+    own), and nothing of the reasoning is on the history."""
+    spec = server.spec("responses_raw_reasoning")
+    server.script(spec.name, spec.name, spec.name)
+    model = make_llm(server, spec.model, provider="openai", api="responses")
+    try:
+        async with AgentSession(llm=model) as session:
+            await session.start(Agent(instructions="Be brief."), record=False)
+            for _ in range(3):
+                await session.run(user_input=spec.user)
+            history = list(session.history.items)
+    finally:
+        await model.aclose()
+    answers = [i for i in history if isinstance(i, llm.ChatMessage) and i.role == "assistant"]
+    refs = [a.extra.get(PASSBACK_EXTRA) for a in answers]
+    assert len(answers) == 3 and len(set(refs)) == 3 and all(isinstance(r, str) for r in refs)
+    assert len({a.text_content for a in answers}) == 1  # identical answers
+    third = server.requests[-1]["input"]
+    kinds = [i.get("type") or i.get("role") for i in third]
+    assert kinds == ["user", "reasoning", "assistant", "user", "reasoning", "assistant", "user"]
+    items = [i for i in third if i.get("type") == "reasoning"]
+    assert items[0] == items[1] and (items[0].get("encrypted_content") or items[0].get("content"))
+    assert "extra_content" not in json.dumps(third)  # the reference is never sent
+    said = json.dumps([i.model_dump(mode="json") for i in history])
+    assert spec.steps[0][:60] not in said and "encrypted_content" not in said

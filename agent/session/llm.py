@@ -10,18 +10,19 @@ What an AgentSession gets from each round (``chat()``):
 
 * answer text as ``ChatChunk`` content: the only text that reaches TTS and the
   transcript;
-* reasoning only in ``ChoiceDelta.extra`` under :data:`REASONING_EXTRA` (content
-  ``None``). The session merges each chunk's ``extra`` into the assistant message it
-  stores (``dict.update``), so the key is set back to ``None`` on the first answer
-  chunk after reasoning and at the end of the round: no plaintext reasoning is left on
-  the chat history;
+* no reasoning at all. livekit-agents merges each chunk's ``extra`` into the assistant
+  message it keeps, and its session host (``lk.agent.session``) sends every chat item,
+  ``extra`` included, to every participant of the room. So reasoning goes only to the
+  round's observers (:meth:`AliciaLLM.observe`), never onto a chunk or an item;
 * tool calls as ``FunctionToolCall`` (so the session's own ``@function_tool``\\ s run).
-  What the provider's pass-back rule needs back on the next round (DeepSeek V4's
-  ``reasoning_content``, OpenRouter's ``reasoning_details``, Responses reasoning items)
-  rides on the first call's ``extra`` under :data:`PASSBACK_EXTRA`, sealed by the
-  :class:`~alicia.agent.engine.keeper.Keeper` when it has a key, and goes back only into the
-  assistant message of that tool round. Gemini's thought signature rides on each call's
-  ``extra["google"]`` and goes back only under the ``gemini`` profile;
+  What the provider's pass-back rule needs back (DeepSeek V4's ``reasoning_content``,
+  OpenRouter's ``reasoning_details``, Responses reasoning items) stays inside the LLM, in
+  a bounded store (:class:`PassBackStore`) keyed by the round's first call id, sealed by
+  the :class:`~alicia.agent.engine.keeper.Keeper` when it has a key. An answer whose
+  reasoning goes back on later turns (the Responses API) carries only an opaque reference
+  (:data:`PASSBACK_EXTRA`, a random id) on its message. Gemini's thought signature
+  (opaque, signed by Google) rides on each call's ``extra["google"]`` and goes back only
+  under the ``gemini`` profile;
 * usage, with reasoning tokens.
 
 Observers (:meth:`AliciaLLM.observe`) see each round as it streams: its reasoning in
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final, Literal, Never, Protocol
 
@@ -56,14 +58,44 @@ from alicia.agent.llm.toolcalls import ToolCall, merge_tool_call
 from alicia.agent.settings import Settings
 from alicia.protocol import new_id
 
-__all__ = ["PASSBACK_EXTRA", "REASONING_EXTRA", "AliciaLLM", "RoundObserver"]
+__all__ = ["PASSBACK_EXTRA", "PASSBACK_KEEP", "AliciaLLM", "PassBackStore", "RoundObserver"]
 
 logger = logging.getLogger("alicia.session.llm")
 
-REASONING_EXTRA: Final = "alicia_reasoning"
-"""``ChoiceDelta.extra`` key of a reasoning piece (``None`` once the piece is over)."""
 PASSBACK_EXTRA: Final = "alicia_passback"
-"""``FunctionToolCall.extra`` key of the round's pass-back material (a sealed value)."""
+"""``ChatMessage.extra`` key of an answer's pass-back reference: an opaque random id of
+the :class:`PassBackStore` entry, never the material itself."""
+PASSBACK_KEEP: Final = 256
+"""Pass-back entries an :class:`AliciaLLM` keeps (tool rounds and answers); the oldest
+is forgotten first (the model then goes on without that reasoning)."""
+_REF_MARK: Final = "alicia_passback_ref"
+"""Carries a reference through livekit's provider format (``extra["livekit"]`` is the
+one message extra it keeps); taken off again before the request is sent."""
+
+
+class PassBackStore:
+    """Pass-back material by call id or answer reference, bounded, oldest out first."""
+
+    __slots__ = ("_entries", "_limit")
+
+    def __init__(self, limit: int = PASSBACK_KEEP) -> None:
+        """Keep at most ``limit`` entries."""
+        self._entries: OrderedDict[str, Kept] = OrderedDict()
+        self._limit = limit
+
+    def put(self, key: str, kept: Kept) -> None:
+        """Keep ``kept`` under ``key`` (forgetting the oldest entry past the limit)."""
+        self._entries[key] = kept
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._limit:
+            self._entries.popitem(last=False)
+
+    def get(self, key: object) -> Kept | None:
+        """The entry under ``key``, if it is still kept."""
+        return self._entries.get(key) if isinstance(key, str) else None
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class RoundObserver(Protocol):
@@ -128,6 +160,7 @@ class AliciaLLM(llm.LLM[Never]):
             http_client=openai.DefaultAioHttpClient(timeout=timeout_s),
         )
         self._keeper = keeper or Keeper()
+        self._passbacks = PassBackStore()
         self._observers: list[RoundObserver] = []
 
     @classmethod
@@ -232,22 +265,16 @@ class AliciaLLM(llm.LLM[Never]):
     def _transcript(self, chat_ctx: llm.ChatContext) -> list[dict[str, Any]]:
         """``chat_ctx`` as chat-completions messages, pass-back material restored where
         the profile's rule needs it (and opened only now)."""
-        messages, _ = chat_ctx.to_provider_format(format="openai")
-        calls = {
-            item.call_id: item for item in chat_ctx.items if isinstance(item, llm.FunctionCall)
-        }
         rule, form = self._passback
-        answers = {
-            item.text_content: item.extra.get(PASSBACK_EXTRA)
-            for item in chat_ctx.items
-            if isinstance(item, llm.ChatMessage) and item.role == "assistant"
-        }
+        if rule == "all_turns":
+            chat_ctx = _marked(chat_ctx)
+        messages, _ = chat_ctx.to_provider_format(format="openai")
         out: list[dict[str, Any]] = []
         for message in messages:
             message = dict(message)
-            carried = answers.get(message.get("content")) if rule == "all_turns" else None
-            if message.get("role") == "assistant" and isinstance(carried, dict):
-                message[PASSBACK_KEY] = self._keeper.open(Kept(**carried))
+            ref = _take_mark(message)
+            if message.get("role") == "assistant" and (kept := self._passbacks.get(ref)):
+                message[PASSBACK_KEY] = self._keeper.open(kept)
             tool_calls = message.get("tool_calls")
             if message.get("role") == "assistant" and tool_calls:
                 rendered = []
@@ -256,10 +283,9 @@ class AliciaLLM(llm.LLM[Never]):
                     if form != "thought_signature":
                         call.pop("extra_content", None)
                     rendered.append(call)
-                    item = calls.get(call.get("id", ""))
-                    kept = item.extra.get(PASSBACK_EXTRA) if item is not None else None
-                    if rule != "never" and isinstance(kept, dict):
-                        message[PASSBACK_KEY] = self._keeper.open(Kept(**kept))
+                    kept = self._passbacks.get(call.get("id"))
+                    if rule != "never" and kept is not None:
+                        message[PASSBACK_KEY] = self._keeper.open(kept)
                 message["tool_calls"] = rendered
                 message.setdefault("content", None)
             out.append(message)
@@ -301,7 +327,6 @@ class AliciaStream(llm.LLMStream):
         rule, form = owner._passback
         collector = PassBackCollector(form)  # type: ignore[arg-type]
         sent = False
-        reasoning_open = False
         error: BaseException | None = None
         out: list[llm.FunctionToolCall] = []
 
@@ -310,21 +335,17 @@ class AliciaStream(llm.LLMStream):
             usage = (usage or Usage()) + Usage.from_provider(raw)
 
         def emit(parts: list[Any]) -> None:
-            nonlocal sent, reasoning_open
+            nonlocal sent
             for part in parts:
+                sent = True
                 if isinstance(part, Answer):
-                    extra = {REASONING_EXTRA: None} if reasoning_open else None
-                    reasoning_open = False
-                    delta = llm.ChoiceDelta(role="assistant", content=part.text, extra=extra)
                     for o in observers:
                         o.answer(round_id, part.text)
-                else:
-                    reasoning_open = True
-                    delta = llm.ChoiceDelta(role="assistant", extra={REASONING_EXTRA: part.text})
+                    delta = llm.ChoiceDelta(role="assistant", content=part.text)
+                    self._event_ch.send_nowait(llm.ChatChunk(id=round_id, delta=delta))
+                else:  # reasoning: to the observers only, never onto a chunk
                     for o in observers:
                         o.reasoning(round_id, part.text, summary=not isinstance(part, Reasoning))
-                self._event_ch.send_nowait(llm.ChatChunk(id=round_id, delta=delta))
-                sent = True
 
         try:
             deltas = owner._request(
@@ -343,22 +364,23 @@ class AliciaStream(llm.LLMStream):
             kept = owner._keeper.keep(material)
             for i in sorted(calls):
                 call = calls[i]
-                extra: dict[str, Any] = dict(call.extra or {})
-                if kept is not None and not out:
-                    extra[PASSBACK_EXTRA] = {"sealed": kept.sealed, "plain": kept.plain}
                 out.append(
                     llm.FunctionToolCall(
                         name=call.name or "unnamed",
                         arguments=call.arguments or "{}",
                         call_id=call.id or f"call_{round_id}_{i}",
-                        extra=extra or None,
+                        extra=dict(call.extra) if call.extra else None,
                     )
                 )
-            if kept is not None and not out and rule == "all_turns":
-                # Carried into later turns on the stored assistant message (its extra).
-                carried = {PASSBACK_EXTRA: {"sealed": kept.sealed, "plain": kept.plain}}
+            if kept is not None and out:  # back on this tool round: by its first call id
+                owner._passbacks.put(out[0].call_id, kept)
+            elif kept is not None and rule == "all_turns":
+                # Back on later turns: the answer's message carries only the reference.
+                owner._passbacks.put(round_id, kept)
                 self._event_ch.send_nowait(
-                    llm.ChatChunk(id=round_id, delta=llm.ChoiceDelta(extra=carried))
+                    llm.ChatChunk(
+                        id=round_id, delta=llm.ChoiceDelta(extra={PASSBACK_EXTRA: round_id})
+                    )
                 )
             if out:
                 self._event_ch.send_nowait(
@@ -384,14 +406,6 @@ class AliciaStream(llm.LLMStream):
             error = exc
             raise APIConnectionError(str(exc), retryable=not sent) from exc
         finally:
-            if reasoning_open:  # no plaintext reasoning left on the stored message
-                with contextlib.suppress(Exception):
-                    self._event_ch.send_nowait(
-                        llm.ChatChunk(
-                            id=round_id,
-                            delta=llm.ChoiceDelta(role="assistant", extra={REASONING_EXTRA: None}),
-                        )
-                    )
             for o in observers:
                 o.round_ended(round_id, tool_calls=out, usage=usage, error=error)
 
@@ -403,3 +417,35 @@ def _completion(usage: Usage) -> llm.CompletionUsage:
         reasoning_tokens=usage.reasoning_tokens,
         total_tokens=usage.prompt_tokens + usage.completion_tokens,
     )
+
+
+def _marked(chat_ctx: llm.ChatContext) -> llm.ChatContext:
+    """A copy of ``chat_ctx`` whose answers carry their pass-back reference where livekit's
+    provider format keeps it (taken off again by :func:`_take_mark`)."""
+    items: list[llm.ChatItem] = []
+    for item in chat_ctx.items:
+        if isinstance(item, llm.ChatMessage) and isinstance(
+            ref := item.extra.get(PASSBACK_EXTRA), str
+        ):
+            livekit = item.extra.get("livekit")
+            extra = {**item.extra, "livekit": {**(livekit or {}), _REF_MARK: ref}}
+            item = item.model_copy(update={"extra": extra})
+        items.append(item)
+    return llm.ChatContext(items)
+
+
+def _take_mark(message: dict[str, Any]) -> str | None:
+    """Take the pass-back reference :func:`_marked` put on ``message`` (None: none)."""
+    carried = message.get("extra_content")
+    if not isinstance(carried, dict) or not isinstance(carried.get("livekit"), dict):
+        return None
+    livekit = dict(carried["livekit"])
+    ref = livekit.pop(_REF_MARK, None)
+    carried = {k: v for k, v in carried.items() if k != "livekit"}
+    if livekit:
+        carried["livekit"] = livekit
+    if carried:
+        message["extra_content"] = carried
+    else:
+        message.pop("extra_content", None)
+    return ref if isinstance(ref, str) else None
