@@ -262,11 +262,12 @@ class FollowingClient:
 
 @contextlib.asynccontextmanager
 async def following_client(
-    server: LiveKitServer, room: str, identity: str
+    server: LiveKitServer, room: str, identity: str, attributes: dict[str, str] | None = None
 ) -> AsyncIterator[FollowingClient]:
-    """A :class:`FollowingClient` joined to ``room`` (its agent not yet awaited)."""
+    """A :class:`FollowingClient` joined to ``room`` (its agent not yet awaited);
+    ``attributes``: its token's (default: the debugging grant, full reasoning)."""
     r = rtc.Room()
-    await r.connect(server.url, server.token(identity, room))
+    await r.connect(server.url, server.token(identity, room, attributes=attributes))
     route_room(r)  # many rooms in one process: each gets only its own events
     try:
         yield FollowingClient(r, room)

@@ -7,8 +7,8 @@ the :class:`~alicia.agent.engine.transport.Transport`. One lock orders it all, s
 leave in the order they were given.
 
 With failover on (:attr:`Outbox.store` set), every envelope is also logged as sent (its
-bytes, recipients and level, in the stored copy's ``alicia.sent`` meta; a plaintext step
-under zero data retention only sealed) and is stored before it is transmitted, so whatever
+bytes, recipients and level, in the stored copy's ``alicia.sent`` meta; under zero data
+retention every rendition of a step only sealed with the conversation's data key) and is stored before it is transmitted, so whatever
 a client received is in the database for the agent that takes the room over: it numbers
 on after the last logged stanza and replays from the log.
 """
@@ -86,9 +86,9 @@ class Outbox:
         self._unstored_until = 0.0
         """Loop time until which envelopes leave without waiting for storage."""
         self.zdr = False
-        """Zero data retention: plaintext reasoning is logged only sealed (:attr:`seal_sent`)."""
+        """Zero data retention: every step rendition is logged only sealed (:attr:`seal_sent`)."""
         self.seal_sent: Callable[[bytes], str] | None = None
-        """How a plaintext step's logged bytes are sealed (no key: it is not logged)."""
+        """How a step rendition's logged bytes are sealed (no data key: it is not logged)."""
 
     def continue_after(self, last: int) -> None:
         """Number from ``|last| + 1`` on (a conversation stored before; before any send).
@@ -185,11 +185,15 @@ class Outbox:
             "rows": rows,
         }
         body = env.body
-        if level == "full" and not rows:  # a plaintext step kept out of the tables (ZDR)
+        if self.zdr and level is not None:
+            # Every rendition of a step under zero data retention: the step, its summary
+            # (an extractive one is the step's first sentence) and its encrypted value
+            # (sealed with the master key when the data key could not be loaded) are
+            # logged only sealed with the data key, so an erase shreds them all.
             if self.seal_sent is None:
                 return
             sent["sealed"] = self.seal_sent(data)
-            body = msgspec.structs.replace(body, content="")
+            body = msgspec.structs.replace(body, content="", encrypted_value=None)
         else:
             sent["data"] = data
         meta = {**(env.meta or {}), **(store_meta or {}), META_SENT: sent}
