@@ -9,8 +9,9 @@ leave in the order they were given.
 With failover on (:attr:`Outbox.store` set), every envelope is also logged as sent (its
 bytes, recipients and level, in the stored copy's ``alicia.sent`` meta; under zero data
 retention every rendition of a step only sealed with the conversation's data key) and
-is stored before it is transmitted, so whatever a client received is in the database for the agent that takes the room over: it numbers
-on after the last logged stanza and replays from the log.
+is stored before it is transmitted, so whatever a client received is in the database
+for the agent that takes the room over: it numbers on after the last logged stanza and
+replays from the log.
 """
 
 from __future__ import annotations
