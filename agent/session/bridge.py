@@ -9,7 +9,7 @@ the protocol clients in the room, through the same projection and under the same
 (grants, visibility levels, encrypted values, ZDR, storage) as the worker's own turns:
 
 * each final user transcript -> a Transcription (its id is the turn's user message);
-* each speech of the agent -> one turn: ReasoningSteps from the LLM's reasoning (the
+* each speech of the agent, once scheduled -> one turn: ReasoningSteps from the LLM's reasoning (the
   :class:`~alicia.agent.session.llm.AliciaLLM` reports it to the bridge; it never reaches
   the chat chunks' content, so never TTS or the transcript), ToolUseRequest/Result
   from the session's own tool calls, StartAnswer and AssistantSentences from what the
@@ -17,6 +17,12 @@ the protocol clients in the room, through the same projection and under the same
   what was spoken, closed as partial);
 * a UserMessage from a protocol client -> ``generate_reply(user_input=...)``;
 * an authorised ControlStop -> the speech is interrupted.
+
+Preemptive generation (livekit-agents runs the LLM before the user's turn is confirmed,
+and discards that speech when the user goes on speaking): a speech that is not yet
+scheduled is held. What its LLM reports waits, bounded, and goes out only once the
+session schedules the speech; a speech discarded before that leaves nothing, to no
+client and no storage (``protocol/DECISIONS.md``).
 
 The bridge never changes what the session speaks. With an LLM that does not report
 reasoning (livekit's own plugins), it still reports transcripts, tools and answers.
@@ -31,7 +37,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from livekit import rtc
@@ -71,6 +77,8 @@ logger = logging.getLogger("alicia.bridge")
 
 _MAX_PENDING: Final = 65_536
 """Observed pieces waiting to be sent (a turn's tokens); past it they are dropped."""
+_MAX_HELD: Final = 65_536
+"""Observed pieces a not yet scheduled speech holds; past it they are dropped."""
 _SEED_TIMEOUT_S: Final = 1.0
 _TOOL_TIMEOUT_MS: Final = 30_000
 """``timeoutMs`` announced for the session's tools (livekit-agents sets none)."""
@@ -87,6 +95,9 @@ class _Turn:
     tool_ids: dict[str, str] = dataclasses.field(default_factory=dict)
     """The session's tool ``call_id`` -> the ToolUseRequest id sent for it."""
     failed: LLMUnavailable | None = None
+    held: list[Callable[[], Any]] | None = None
+    """While the speech is not scheduled (preemptive generation): what it reported, in
+    order, to run once it is; ``None`` once the turn is open."""
 
 
 class ReasoningBridge:
@@ -120,6 +131,8 @@ class ReasoningBridge:
         self._heard: list[tuple[str, str, str]] = []
         """Final transcripts not yet answered: (user message id, identity, text)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._held_tasks: set[asyncio.Task[None]] = set()
+        """One per held speech: waits until it is scheduled or done."""
         self._unobserve: Callable[[], None] | None = None
         self._closed = False
 
@@ -166,9 +179,10 @@ class ReasoningBridge:
         s.off("close", self._on_close)
         if self._unobserve is not None:
             self._unobserve()
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._held_tasks]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.session is not None:
             await self.session.aclose()
         if self._transport is not None:
@@ -314,7 +328,8 @@ class ReasoningBridge:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
             for turn in list(self._turns.values()):
-                await self._piece(turn, lambda a: a.poll())
+                if turn.held is None:
+                    await self._piece(turn, lambda a: a.poll())
 
     def _next_due(self) -> float | None:
         dues = [
@@ -328,6 +343,46 @@ class ReasoningBridge:
         assert self.session is not None
         if handle.id in self._turns or (handle.done() and not handle.chat_items):
             return
+        turn = _Turn(handle)
+        self._turns[handle.id] = turn
+        wait = getattr(handle, "_wait_for_scheduled", None)
+        if not handle.scheduled and not handle.done() and callable(wait):  # preemptive
+            turn.held = []
+            task = asyncio.create_task(self._when_scheduled(turn, wait), name="alicia-held")
+            self._held_tasks.add(task)
+            task.add_done_callback(self._held_tasks.discard)
+            handle.add_done_callback(lambda _: _cancel(task))
+            return
+        await self._begin(turn)
+
+    async def _when_scheduled(self, turn: _Turn, scheduled: Callable[[], Awaitable[Any]]) -> None:
+        """Release ``turn`` once its speech is scheduled (cancelled when it is done)."""
+        await scheduled()
+        self._later(lambda: self._release(turn))
+
+    async def _release(self, turn: _Turn) -> None:
+        """Open a held turn and send what it held, in order."""
+        held, turn.held = turn.held, None
+        if held is None or self._turns.get(turn.handle.id) is not turn:
+            return
+        await self._begin(turn)
+        for action in held:
+            result = action()
+            if asyncio.iscoroutine(result):
+                await result
+
+    def _hold(self, turn: _Turn, action: Callable[[], Any]) -> bool:
+        """Keep ``action`` for later if ``turn`` is held (True), else False."""
+        if turn.held is None:
+            return False
+        if len(turn.held) < _MAX_HELD:
+            turn.held.append(action)
+        return True
+
+    async def _begin(self, turn: _Turn) -> None:
+        """Open the protocol turn of a scheduled speech."""
+        assert self.session is not None
+        handle = turn.handle
         request = self._requests.pop(handle.id, None)
         if request is None:
             if self._heard:
@@ -340,8 +395,7 @@ class ReasoningBridge:
                 text = ""
             request = TurnRequest(user_id, text, identity, voice=True)
         self._heard.clear()
-        turn = _Turn(handle, request)
-        self._turns[handle.id] = turn
+        turn.request = request
         await self._seed(request.user_id)
         turn.assembler = TurnAssembler(
             request.user_id,
@@ -372,6 +426,8 @@ class ReasoningBridge:
             handle.interrupt(force=True)
 
     async def _piece(self, turn: _Turn, make: Callable[[TurnAssembler], list[TurnEvent]]) -> None:
+        if self._hold(turn, lambda: self._piece(turn, make)):
+            return
         if turn.assembler is None or turn.assembler.ended:
             return
         await self._emit(turn, make(turn.assembler))
@@ -388,6 +444,8 @@ class ReasoningBridge:
         usage: Usage | None,
         error: BaseException | None,
     ) -> None:
+        if self._hold(turn, lambda: self._round_end(turn, calls, usage, error)):
+            return
         a = turn.assembler
         if a is None or a.ended:
             return
@@ -425,6 +483,12 @@ class ReasoningBridge:
                 await self._emit(turn, turn.assembler.tool_finished(request_id, outcome))
 
     async def _close(self, handle: SpeechHandle) -> None:
+        turn = self._turns.get(handle.id)
+        if turn is not None and turn.held is not None:
+            if not handle.scheduled:  # discarded before it was scheduled: nothing shown
+                self._turns.pop(handle.id, None)
+                return
+            await self._release(turn)  # scheduled, and done before its release ran
         turn = self._turns.pop(handle.id, None)
         if turn is None or turn.assembler is None:
             return
@@ -466,6 +530,10 @@ def _speech_of_task() -> SpeechHandle | None:
     except ImportError:  # pragma: no cover - a livekit-agents without it
         return None
     return _SpeechHandleContextVar.get(None)
+
+
+def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
 
 
 def _failed(handle: SpeechHandle) -> bool:
