@@ -202,6 +202,51 @@ async def test_a_tampered_value_ends_the_run_with_run_error_naming_the_message(
     assert "Traceback" not in agui.log()
 
 
+async def test_a_value_moved_to_another_message_or_sent_by_another_caller_is_refused(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """A value is bound to the message it was issued on and to the caller it was issued
+    to: the same bytes on another reasoning message, or sent back by another caller of
+    the same thread, end the run with RUN_ERROR naming the message; as issued, it opens."""
+    thread = new_id("conv")
+    alice = agui_token(livekit_server, thread, "web-alice", "summary")
+    mallory = agui_token(livekit_server, thread, "web-mallory", "summary")
+    spec = llm.spec("deepseek_reasoning_content")
+    llm.script("deepseek_reasoning_content")
+    first_user = user(spec.user)
+    status, events, _ = await post_run(agui.url, alice, run_input(thread, [first_user]))
+    assert status == 200
+    value = next(e for e in events if e["type"] == "REASONING_ENCRYPTED_VALUE")
+    reasoning_id = value["entityId"]
+    answer_id = next(e for e in events if e["type"] == "TEXT_MESSAGE_START")["messageId"]
+    answer = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+    def history(on: str) -> list[dict[str, Any]]:
+        return [
+            first_user,
+            {
+                "id": on,
+                "role": "reasoning",
+                "content": "",
+                "encryptedValue": value["encryptedValue"],
+            },
+            {"id": answer_id, "role": "assistant", "content": answer},
+            user("And why?"),
+        ]
+
+    for token, on, what in ((alice, "r_other", "message"), (mallory, reasoning_id, "caller")):
+        before = len(llm.requests)
+        status, events, _ = await post_run(agui.url, token, run_input(thread, history(on)))
+        assert status == 200
+        validated(events)
+        assert types(events) == ["RUN_STARTED", "RUN_ERROR"], events
+        assert f"'{on}'" in events[-1]["message"] and f"this {what}" in events[-1]["message"]
+        assert len(llm.requests) == before  # the model was never asked
+    llm.script("deepseek_reasoning_content")
+    status, events, _ = await post_run(agui.url, alice, run_input(thread, history(reasoning_id)))
+    assert status == 200 and types(events)[-1] == "RUN_FINISHED", events
+
+
 async def test_python_m_web_serves_the_endpoint_at_the_url_it_prints(
     livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> None:

@@ -139,3 +139,66 @@ def test_an_older_decoder_that_ignores_unknown_keys_still_reads_the_step() -> No
     assert wire["body"]["encryptedValue"] == value  # camelCase key on the wire
     old = msgspec.convert(wire["body"], OlderReasoningStep)
     assert (old.id, old.content, old.step_index) == ("rs_1", "A summary.", 3)
+
+
+class _FlakyKeyStore:
+    """A key store that is down for its first call (a hiccup), then answers."""
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.calls = 0
+
+    async def data_key(self, conversation_id: str) -> bytes | None:
+        self.calls += 1
+        if self.calls == 1:
+            raise ConnectionError("key store unreachable")
+        return self.key
+
+
+async def test_a_value_sealed_during_a_key_store_hiccup_opens_in_the_next_run() -> None:
+    """A run that could not load the data key seals with the master key; the next run,
+    with its data key, still opens that value (and seals with the data key)."""
+    from alicia.agent.engine.session import ProtocolSession
+    from alicia.agent.engine.sink import NullSink
+    from tests.fakes import MemoryTransport
+
+    env = {
+        "LIVEKIT_URL": "ws://unused",
+        "LIVEKIT_API_KEY": "k",
+        "LIVEKIT_API_SECRET": "s",
+        "LLM_BASE_URL": "http://unused",
+        "LLM_MODEL": "m",
+        "ALICIA_REASONING_KEYS": f"m1={b64(bytes(range(32)))}",
+    }
+    keys = _FlakyKeyStore(bytes(range(1, 33)))
+    values = []
+    for _ in range(2):
+        session = ProtocolSession(
+            conversation_id="conv_x",
+            settings=Settings.from_env(env),
+            transport=MemoryTransport(),
+            sink=NullSink(),
+            keys=keys,
+        )
+        await session.load_data_key()
+        assert session.sealer is not None
+        values.append(session.sealer.seal("conv_x", "a step", knd="step", ref="rs_1"))
+        opener = session.sealer
+    assert [header(v)["kid"] for v in values] == ["m1", "data:conv_x"]
+    assert [opener.open(v, "conv_x", knd="step", ref="rs_1") for v in values] == ["a step"] * 2
+
+
+def test_a_value_is_bound_to_its_use_message_and_caller() -> None:
+    sealer = ReasoningSealer([("k1", bytes(32))])
+    value = sealer.seal("conv", "text", knd="step", ref="rs_1", sub="alice")
+    assert sealer.open(value, "conv", knd="step", ref="rs_1", sub="alice") == "text"
+    for bind, what in (
+        ({"knd": "passback"}, "use"),
+        ({"ref": "rs_2"}, "message"),
+        ({"sub": "mallory"}, "caller"),
+    ):
+        with pytest.raises(SealError, match=f"this {what}"):
+            sealer.open(value, "conv", **bind)
+    unbound = sealer.seal("conv", "text")
+    with pytest.raises(SealError):
+        sealer.open(unbound, "conv", ref="rs_1")

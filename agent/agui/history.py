@@ -6,13 +6,15 @@ the endpoint rebuilds what the worker keeps in memory:
 
 * the question: the last message, a user message;
 * the past exchanges (user text, answer text; never reasoning), in order;
-* the encrypted values the client sends back, each opened with the conversation's key
-  (the thread id is bound into every value as authenticated data): a reasoning message's
-  value must open to its step text, a tool call's likewise; an answer's value holds the
-  provider's pass-back material (the Responses API's reasoning items), restored onto that
-  exchange so the next request carries it. A value that does not open (changed, another
-  conversation's, another deployment's, or not a value at all) rejects the run, naming
-  the message that carried it.
+* the encrypted values the client sends back, each opened with the conversation's key;
+  every value is bound (as authenticated data) to the thread, to what it holds, to the
+  message or tool call it was issued on and to the caller it was issued to: a reasoning
+  message's value must open as that message's steps, a tool call's as that call's; an
+  answer's value holds the provider's pass-back material (the Responses API's reasoning
+  items) for that answer, restored onto that exchange so the next request carries it. A
+  value that does not open (changed, another conversation's, another message's or
+  caller's, another deployment's, or not a value at all) rejects the run, naming the
+  message that carried it.
 """
 
 from __future__ import annotations
@@ -51,13 +53,14 @@ def read_messages(
     messages: Sequence[Message],
     *,
     requester: str,
-    open_value: Callable[[str], str] | None,
+    open_value: Callable[..., str] | None,
     keeper: Keeper,
 ) -> Prompt:
     """The question and history of a run (see the module docstring).
 
-    ``open_value`` opens a sealed value for this conversation (raising on failure);
-    None when the deployment has no reasoning keys (then a value is refused).
+    ``open_value(value, knd=..., ref=...)`` opens a sealed value of this conversation
+    issued to ``requester`` for that use and message (raising on failure); None when
+    the deployment has no reasoning keys (then a value is refused).
     """
     if not messages or not isinstance(messages[-1], UserMessage):
         raise RejectedInput("the last message of a run must be the user's question")
@@ -69,7 +72,7 @@ def read_messages(
     pending: UserMessage | None = None
     opened = 0
 
-    def check(value: str, message_id: str) -> str:
+    def check(value: str, message_id: str, **bind: str) -> str:
         nonlocal opened
         if open_value is None:
             raise RejectedInput(
@@ -77,7 +80,7 @@ def read_messages(
                 message_id,
             )
         try:
-            plain = open_value(value)
+            plain = open_value(value, **bind)
         except Exception as exc:
             raise RejectedInput(f"encrypted value rejected: {exc}", message_id) from None
         opened += 1
@@ -88,14 +91,14 @@ def read_messages(
             pending = message
         elif isinstance(message, ReasoningMessage):
             if message.encrypted_value:
-                check(message.encrypted_value, message.id)
+                check(message.encrypted_value, message.id, knd="step", ref=message.id)
         elif isinstance(message, AssistantMessage):
             for call in message.tool_calls or ():
                 if call.encrypted_value:
-                    check(call.encrypted_value, message.id)
+                    check(call.encrypted_value, message.id, knd="step", ref=call.id)
             kept: Kept | None = None
             if message.encrypted_value:
-                check(message.encrypted_value, message.id)
+                check(message.encrypted_value, message.id, knd="passback", ref=message.id)
                 kept = Kept(sealed=message.encrypted_value)
                 try:
                     keeper.open(kept)

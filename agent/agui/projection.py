@@ -80,9 +80,10 @@ class AguiProjection:
         run_id: str,
         answer_id: str,
         level: Visibility,
-        seal: Callable[[str], str] | None,
+        seal: Callable[[str, str], str] | None,
     ) -> None:
-        """``seal``: the conversation's sealer (None: no key, so no encrypted values)."""
+        """``seal(text, ref)``: seals a phase's steps for the message or tool call ``ref``
+        (None: no key, so no encrypted values)."""
         self.thread_id = thread_id
         self.run_id = run_id
         self.answer_id = answer_id
@@ -98,7 +99,7 @@ class AguiProjection:
         self._round: str | None = None
         """Assistant message id of this round's tool calls."""
         self._for_tool: str | None = None
-        """A sealed phase waiting for its round's first tool call."""
+        """A phase's steps waiting for its round's first tool call, to be sealed for it."""
         self.reasoning_messages: list[str] = []
         """Ids of the reasoning messages made so far."""
 
@@ -169,10 +170,11 @@ class AguiProjection:
             return []
         out: list[BaseEvent] = [ReasoningMessageEndEvent(message_id=self._message)]
         if self._seal is not None and self._steps:
-            value = self._seal(_SEPARATOR.join(self._steps))
+            text = _SEPARATOR.join(self._steps)
             if tool_call:
-                self._for_tool = value
+                self._for_tool = text
             else:
+                value = self._seal(text, self._message)
                 out.append(
                     ReasoningEncryptedValueEvent(
                         subtype="message", entity_id=self._message, encrypted_value=value
@@ -197,8 +199,9 @@ class AguiProjection:
             ),
             ToolCallEndEvent(tool_call_id=call.request_id),
         ]
-        if self._for_tool is not None:
-            value, self._for_tool = self._for_tool, None
+        if self._for_tool is not None and self._seal is not None:
+            value = self._seal(self._for_tool, call.request_id)
+            self._for_tool = None
             out.append(
                 ReasoningEncryptedValueEvent(
                     subtype="tool-call", entity_id=call.request_id, encrypted_value=value

@@ -26,11 +26,11 @@ from typing import Any, Final
 import openai
 from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunStartedEvent
 
+from alicia.agent.engine.keeper import Keeper
 from alicia.agent.engine.participants import Participant, TurnRequest
-from alicia.agent.engine.runner import session_keeper
 from alicia.agent.engine.sealing import DataKeys
 from alicia.agent.engine.session import ProtocolSession
-from alicia.agent.engine.sink import StepSink
+from alicia.agent.engine.sink import META_FROM, StepSink
 from alicia.agent.engine.tools import ToolBox
 from alicia.agent.engine.transport import Incoming
 from alicia.agent.engine.turn import Turn, TurnOptions
@@ -210,14 +210,22 @@ class Runs:
         session.outbox.store = None  # a run is one HTTP response: no room to take over
         try:
             await session.load_data_key()
-            keeper = session_keeper(session)
             sealer = session.sealer
-            opener: Callable[[str], str] | None = None
+            who = caller.identity
+            answer_id = new_id(id_prefix.MESSAGE)
+            keeper = Keeper()
+            opener: Callable[..., str] | None = None
             if sealer is not None:
-                opener = lambda value: sealer.open(value, cid)  # noqa: E731
+                # Values are bound to what they are for: the kind, the message or tool
+                # call they ride on, and the caller they were issued to.
+                opener = lambda value, **bind: sealer.open(value, cid, sub=who, **bind)  # noqa: E731
+                keeper = Keeper(
+                    lambda text: sealer.seal(cid, text, knd="passback", ref=answer_id, sub=who),
+                    lambda value: sealer.open(value, cid, knd="passback", sub=who),
+                )
             try:
                 prompt = read_messages(
-                    run.messages, requester=caller.identity, open_value=opener, keeper=keeper
+                    run.messages, requester=who, open_value=opener, keeper=keeper
                 )
             except RejectedInput as exc:
                 where = f" (message {exc.message_id!r})" if exc.message_id else ""
@@ -231,8 +239,14 @@ class Runs:
             question = UserMessage(
                 id=prompt.user_id, conversation_id=cid, content=prompt.text, previous_id=previous
             )
-            self.sink.submit(envelope(question, stanza_id=client_last + 1, conversation_id=cid))
-            answer_id = new_id(id_prefix.MESSAGE)
+            self.sink.submit(
+                envelope(
+                    question,
+                    stanza_id=client_last + 1,
+                    conversation_id=cid,
+                    meta={META_FROM: who},
+                )
+            )
             turn = Turn(
                 user_id=prompt.user_id,
                 text=prompt.text,
@@ -255,7 +269,9 @@ class Runs:
                 run_id=run.run_id,
                 answer_id=answer_id,
                 level=caller.level,
-                seal=None if sealer is None else (lambda text: sealer.seal(cid, text)),
+                seal=None
+                if sealer is None
+                else (lambda text, ref: sealer.seal(cid, text, knd="step", ref=ref, sub=who)),
             )
             try:
                 async with contextlib.aclosing(turn.events()) as events:

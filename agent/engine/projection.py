@@ -219,12 +219,13 @@ class TurnProjection:
         out = s.outbox
         await out.send(step, groups.get("full", []), meta=meta, level="full", store=not zdr)
         if zdr and s.data_sealer is not None:
-            kept = s.data_sealer.seal(s.id, event.text)
+            kept = s.data_sealer.seal(s.id, event.text, knd="step", ref=step.id)
             stored = msgspec.structs.replace(step, content="", encrypted_value=kept)
             await out.send(stored, [], meta=meta)
         if not (groups.get("summary") or groups.get("encrypted")):
             return
-        sealed = s.sealer.seal(s.id, event.text) if s.sealer is not None else None
+        sealer = s.sealer
+        sealed = None if sealer is None else sealer.seal(s.id, event.text, knd="step", ref=step.id)
         if groups.get("summary"):
             to = groups["summary"]
             if event.summary is not None:  # the provider's own summary comes first

@@ -179,7 +179,10 @@ def session_keeper(session: ProtocolSession) -> Keeper:
     if sealer is None:
         return Keeper()
     cid = session.id
-    return Keeper(lambda text: sealer.seal(cid, text), lambda value: sealer.open(value, cid))
+    return Keeper(
+        lambda text: sealer.seal(cid, text, knd="passback"),
+        lambda value: sealer.open(value, cid, knd="passback"),
+    )
 
 
 def _before(history: list[Exchange], user_id: str) -> list[Exchange]:

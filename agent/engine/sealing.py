@@ -2,8 +2,10 @@
 
 :class:`ReasoningSealer` turns a step's text into JWE compact serialisation (RFC 7516)
 with ``alg: dir`` and ``enc: A256GCM`` through joserfc. The protected header names the key
-(``kid``) and the conversation (``cid``); the protected header is the cipher's additional
-authenticated data, so a value cannot be moved to another conversation. Keys come from
+(``kid``), the conversation (``cid``) and what the value is for (:data:`BINDING`: its
+kind, the message or call it belongs to, the caller it was issued to); the protected
+header is the cipher's additional authenticated data, so a value cannot be moved to
+another conversation, message or caller. Keys come from
 ``ALICIA_REASONING_KEYS`` (``kid=base64(32 bytes)``, comma-separated): the first key
 seals, every key opens (rotation).
 
@@ -29,12 +31,28 @@ from joserfc.jwe import JWERegistry
 from joserfc.jwk import OctKey
 from joserfc.registry import HeaderParameter
 
-__all__ = ["DataKeys", "KeyConfigError", "ReasoningSealer", "SealError", "parse_keys"]
+__all__ = [
+    "BINDING",
+    "DataKeys",
+    "KeyConfigError",
+    "ReasoningSealer",
+    "SealError",
+    "parse_keys",
+]
 
 _ALG: Final = "dir"
 _ENC: Final = "A256GCM"
+BINDING: Final = {
+    "knd": "what the value holds: step (reasoning text) or passback (provider material)",
+    "ref": "the message or tool call it belongs to",
+    "sub": "the identity of the caller it was issued to",
+}
+"""Protected header fields that bind a value to what it is for (all optional)."""
 _REGISTRY: Final = JWERegistry(
-    header_registry={"cid": HeaderParameter("Alicia conversation id", "str", required=True)},
+    header_registry={
+        "cid": HeaderParameter("Alicia conversation id", "str", required=True),
+        **{name: HeaderParameter(doc, "str") for name, doc in BINDING.items()},
+    },
     algorithms=[_ALG, _ENC],
 )
 
@@ -92,13 +110,15 @@ class ReasoningSealer:
         """The id of the key that seals."""
         return self._kid
 
-    def seal(self, conversation_id: str, text: str) -> str:
-        """``text`` as JWE compact serialisation bound to ``conversation_id``."""
-        header = {"alg": _ALG, "enc": _ENC, "kid": self._kid, "cid": conversation_id}
+    def seal(self, conversation_id: str, text: str, **bind: str) -> str:
+        """``text`` as JWE compact serialisation bound to ``conversation_id`` and to
+        ``bind`` (:data:`BINDING`: ``knd``, ``ref``, ``sub``)."""
+        header = {"alg": _ALG, "enc": _ENC, "kid": self._kid, "cid": conversation_id, **bind}
         return jwe.encrypt_compact(header, text.encode(), self._keys[self._kid], registry=_REGISTRY)
 
-    def open(self, value: str, conversation_id: str) -> str:
-        """The text sealed in ``value`` for ``conversation_id``; :class:`SealError` if not."""
+    def open(self, value: str, conversation_id: str, **bind: str) -> str:
+        """The text sealed in ``value`` for ``conversation_id`` (and, for each field of
+        ``bind``, sealed with that same value); :class:`SealError` if not."""
         try:
             kid = _protected_kid(value)
             key = self._keys.get(kid)
@@ -111,12 +131,18 @@ class ReasoningSealer:
             raise SealError(f"not a valid encrypted value: {type(exc).__name__}") from None
         if obj.protected.get("cid") != conversation_id:
             raise SealError("the encrypted value belongs to another conversation")
+        for name, expected in bind.items():
+            if obj.protected.get(name) != expected:
+                raise SealError(f"the encrypted value was not issued for this {_WHAT[name]}")
         if obj.plaintext is None:
             raise SealError("the encrypted value holds nothing")
         try:
             return obj.plaintext.decode()
         except UnicodeDecodeError:
             raise SealError("the encrypted value is not text") from None
+
+
+_WHAT: Final = {"knd": "use", "ref": "message", "sub": "caller"}
 
 
 def _protected_kid(value: str) -> str:

@@ -222,7 +222,10 @@ class ProtocolSession:
                 "data key erased: reasoning is not stored", extra={"conversation": self.id}
             )
             return
-        self.data_sealer = ReasoningSealer([(f"data:{self.id}", key)])
+        # Seals with the data key; also opens what a run sealed with the master keys
+        # while it could not load this key (a key store hiccup).
+        master = list(self.settings.reasoning_keys or ())
+        self.data_sealer = ReasoningSealer([(f"data:{self.id}", key), *master])
         self.sealer = self.data_sealer
         seal_for(self)
 

@@ -172,7 +172,10 @@ class AliciaLLM(llm.LLM[Never]):
 
             sealer = ReasoningSealer(settings.reasoning_keys)
             aad = conversation_id or "passback"
-            keeper = Keeper(lambda t: sealer.seal(aad, t), lambda v: sealer.open(v, aad))
+            keeper = Keeper(
+                lambda t: sealer.seal(aad, t, knd="passback"),
+                lambda v: sealer.open(v, aad, knd="passback"),
+            )
         return cls(
             model=settings.llm_model,
             base_url=settings.llm_base_url,
