@@ -142,3 +142,50 @@ async def answer_status(url: str) -> str | None:
         url, "SELECT completion_status FROM alicia_messages WHERE message_role = 'assistant'"
     )
     return str(rows[0]["completion_status"]) if rows else None
+
+
+async def test_a_message_id_held_in_storage_is_refused_with_204_where_memory_has_forgotten(
+    livekit_server: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    tmp_path: Path,
+) -> None:
+    """Message ids are unique in storage. A UserMessage reusing an id that another
+    conversation stored (so outside this room's in-memory window, as after 256 turns or a
+    takeover) gets ErrorMessage 204 to its sender, starts no turn and stores nothing."""
+    from alicia.protocol import ErrorMessage
+
+    url = await new_database("postgres", postgres_server, tmp_path, "ids")
+    env = {"DATABASE_URL": url, "ALICIA_LOAD_THRESHOLD": "inf"}
+    spec = llm.spec("deepseek_reasoning_content")
+    taken = new_id("msg")
+    async with running_worker(livekit_server, llm.base_url, env=env) as worker:
+        first, second = new_id("conv"), new_id("conv")
+        async with protocol_client(livekit_server, first) as alice:
+            llm.script("deepseek_reasoning_content")
+            await alice.send(UserMessage(id=taken, conversation_id=first, content=spec.user))
+            await alice.wait_for(AssistantSentence, is_final=True)
+        deadline = time.monotonic() + 30
+        while not await stored_ids(url, taken):  # the schema comes with the first write
+            assert time.monotonic() < deadline, worker.log()
+            await asyncio.sleep(0.2)
+        before = len(llm.requests)
+        async with protocol_client(livekit_server, second, "mallory") as mallory:
+            await mallory.send(UserMessage(id=taken, conversation_id=second, content="Mine now."))
+            error = await mallory.wait_for(ErrorMessage, within=10.0)
+    assert error.code == 204 and taken in error.message, error
+    assert not mallory.of(StartAnswer) and len(llm.requests) == before
+    rows = await fetch(
+        url, f"SELECT conversation_id, contents FROM alicia_messages WHERE id = '{taken}'"
+    )
+    assert rows == [{"conversation_id": first, "contents": spec.user}]
+
+
+async def stored_ids(url: str, message_id: str) -> list[dict[str, object]]:
+    """The stored message rows with ``message_id`` (none before the schema exists)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return await fetch(url, f"SELECT id FROM alicia_messages WHERE id = '{message_id}'")
+    except SQLAlchemyError:
+        return []

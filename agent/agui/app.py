@@ -133,6 +133,9 @@ class AguiService:
             return _error(exc.status, str(exc))
         if self.runs.busy:
             return _error(503, "too many runs at once; try again")
+        refused = await self.runs.claim(caller, run)
+        if refused is not None:
+            return _error(403, refused)
         stream = self.runs.start(caller, run)
         return StreamingResponse(
             self._sse(stream), media_type=self.encoder.get_content_type(), headers=_SSE_HEADERS

@@ -25,12 +25,13 @@ from typing import Any, Final
 
 import openai
 from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunStartedEvent
+from ag_ui.core import UserMessage as Question
 
 from alicia.agent.engine.keeper import Keeper
 from alicia.agent.engine.participants import Participant, TurnRequest
 from alicia.agent.engine.sealing import DataKeys
 from alicia.agent.engine.session import ProtocolSession
-from alicia.agent.engine.sink import META_FROM, StepSink
+from alicia.agent.engine.sink import META_FROM, StepSink, lookup_message
 from alicia.agent.engine.tools import ToolBox
 from alicia.agent.engine.transport import Incoming
 from alicia.agent.engine.turn import Turn, TurnOptions
@@ -43,6 +44,9 @@ from .history import RejectedInput, read_messages
 from .projection import AguiProjection
 
 __all__ = ["RunStream", "Runs"]
+
+_ASKED: Final = 4096
+"""Question ids (with their thread and asker) a process remembers; storage knows the rest."""
 
 logger = logging.getLogger("alicia.agui")
 
@@ -162,11 +166,35 @@ class Runs:
         self.tasks: set[asyncio.Task[None]] = set()
         self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()
         """thread -> (last client stanza, last server stanza) this process numbered."""
+        self._asked: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """question id -> (thread, caller) of the runs this process served lately."""
 
     @property
     def busy(self) -> bool:
         """As many runs as ``ALICIA_AGUI_MAX_RUNS`` are being served."""
         return len(self.tasks) >= self.settings.agui_max_runs
+
+    async def claim(self, caller: Caller, run: RunAgentInput) -> str | None:
+        """Why ``caller`` may not ask under the run's question id (None: it may). An id is
+        its first asker's, in its thread: another caller's (or another thread's, or an
+        answer's) id is refused, whether this process saw it or storage holds it."""
+        question = run.messages[-1] if run.messages else None
+        if not isinstance(question, Question):
+            return None  # the run itself says why (RUN_ERROR)
+        mine = (run.thread_id, caller.identity)
+        held = self._asked.get(question.id)
+        if held is None:
+            stored = await lookup_message(self.sink, question.id)
+            if stored is not None:
+                asker = stored.owner if stored.role == "user" else None
+                held = (stored.conversation_id, asker or "")
+        if held is not None and held != mine:
+            return f"message id {question.id!r} belongs to another participant or thread"
+        self._asked[question.id] = mine
+        self._asked.move_to_end(question.id)
+        while len(self._asked) > _ASKED:
+            self._asked.popitem(last=False)
+        return None
 
     def start(self, caller: Caller, run: RunAgentInput) -> RunStream:
         """Start serving ``run`` for ``caller``; its events arrive on the returned stream."""

@@ -16,7 +16,7 @@ Who may do what (one rule, :meth:`ProtocolSession.may_act_for`): a participant m
 only turns it asked for and edit or regenerate only its own messages; a participant
 holding the operator grant (token attribute ``alicia.operator=true``, honoured only when
 it cannot update its own attributes) may do both for anyone. Refusals get ErrorMessage
-203 to the sender only. A UserMessage whose id the conversation already has gets 204.
+203 to the sender only. A UserMessage whose id is taken (known, or stored) gets 204.
 Types only the agent sends (ReasoningStep, answers, sentences, tool use, transcriptions)
 are refused from clients with 203 and never stored; packets from other agents in the
 room are ignored. Every refusal is counted in :attr:`ProtocolSession.refused`.
@@ -83,7 +83,7 @@ from .participants import (
 from .projection import TurnProjection
 from .retention import HISTORY_LIMIT, KNOWN_IDS, STEP_CHAINS
 from .sealing import DataKeys, ReasoningSealer
-from .sink import META_FROM, ConversationStore, StepSink
+from .sink import META_FROM, ConversationStore, StepSink, lookup_message
 from .source import TurnSource
 from .takeover import replay_stored, restore, seal_for
 from .transport import Left, Packet, Peer, Transport
@@ -456,8 +456,8 @@ class ProtocolSession:
         )
 
     async def _on_user_message(self, p: Participant, env: Envelope[Any], body: UserMessage) -> None:
-        if body.id in self._ids:
-            self._refuse("duplicate_id", p.identity)
+        if body.id in self._ids or await lookup_message(self.sink, body.id) is not None:
+            self._refuse("duplicate_id", p.identity)  # in memory, or stored (older, elsewhere)
             raise DuplicateId(f"message id {body.id!r} is already used in this conversation")
         replaces = p.pending_edit
         if replaces is not None:

@@ -8,11 +8,17 @@ when persistence is off (no ``DATABASE_URL``): nothing is written anywhere.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from alicia.protocol import Envelope
+
+logger = logging.getLogger("alicia.storage")
 
 __all__ = [
     "META_FIRST_REASONING_MS",
@@ -21,12 +27,15 @@ __all__ = [
     "META_USAGE",
     "STORAGE_ONLY_META",
     "ConversationStore",
+    "MessageIndex",
     "NullSink",
     "SentRecord",
     "StepSink",
     "StoredConversation",
+    "StoredMessage",
     "StoredTurn",
     "TurnState",
+    "lookup_message",
 ]
 
 META_USAGE: Final = "alicia.usage"
@@ -108,6 +117,26 @@ class ConversationStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message's id is taken: by whom, in which conversation, as what."""
+
+    conversation_id: str
+    role: str
+    """``user`` or ``assistant``."""
+    owner: str | None
+    """User messages: the identity that sent it (None when it was not recorded)."""
+
+
+@runtime_checkable
+class MessageIndex(Protocol):
+    """Storage that can say whether a message id is taken (ids are unique everywhere)."""
+
+    async def stored_message(self, message_id: str) -> StoredMessage | None:
+        """The stored message with ``message_id`` (None: the id is free)."""
+        ...
+
+
 @runtime_checkable
 class StepSink(Protocol):
     """Where protocol traffic goes to be stored."""
@@ -137,3 +166,26 @@ class NullSink:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+LOOKUP_TIMEOUT_S: Final = 1.0
+"""Longest wait for storage to say whether a message id is taken."""
+LOOKUP_PAUSE_S: Final = 5.0
+"""After a failed look-up, ids are not checked in that storage for this long (a database
+outage costs each message nothing, not a timeout each)."""
+_paused: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+
+
+async def lookup_message(sink: object, message_id: str) -> StoredMessage | None:
+    """Who holds ``message_id`` in storage; None when it is free, or when storage keeps
+    no index or does not answer within :data:`LOOKUP_TIMEOUT_S` (logged, and not asked
+    again for :data:`LOOKUP_PAUSE_S`: a database outage never stops a conversation)."""
+    if not isinstance(sink, MessageIndex) or _paused.get(sink, 0.0) > time.monotonic():
+        return None
+    try:
+        async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+            return await sink.stored_message(message_id)
+    except Exception as exc:
+        _paused[sink] = time.monotonic() + LOOKUP_PAUSE_S
+        logger.warning("message ids not checked in storage", extra={"error": repr(exc)})
+        return None

@@ -4,7 +4,8 @@
 holds (the numbering goes on after it) and its recent turns: the user message (and who
 sent it), the answer so far and whether it was finished. :func:`sent_after` gives the
 logged envelopes after a ``stanzaId``, for a client that resumes beyond the in-memory
-ring. Both read on a connection of the writer's engine.
+ring. :func:`stored_message` says who holds a message id. All read on a connection of
+the writer's engine.
 """
 
 from __future__ import annotations
@@ -14,14 +15,20 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from alicia.agent.engine.sink import SentRecord, StoredConversation, StoredTurn, TurnState
+from alicia.agent.engine.sink import (
+    SentRecord,
+    StoredConversation,
+    StoredMessage,
+    StoredTurn,
+    TurnState,
+)
 
 from .tables import conversations as CONVERSATIONS
 from .tables import messages as MESSAGES
 from .tables import sent_log as SENT
 from .tables import sentences as SENTENCES
 
-__all__ = ["load_conversation", "sent_after"]
+__all__ = ["load_conversation", "sent_after", "stored_message"]
 
 
 async def load_conversation(
@@ -108,3 +115,17 @@ async def sent_after(
         )
         for row in rows
     ]
+
+
+async def stored_message(conn: AsyncConnection, message_id: str) -> StoredMessage | None:
+    """The stored message with ``message_id``, soft-deleted ones included (None: free)."""
+    m = MESSAGES.c
+    row = (
+        await conn.execute(
+            select(m.conversation_id, m.message_role, m.participant).where(m.id == message_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    role = getattr(row.message_role, "value", row.message_role)
+    return StoredMessage(row.conversation_id, str(role), row.participant)

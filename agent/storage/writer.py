@@ -51,7 +51,13 @@ import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from alicia.agent.engine.sink import NullSink, SentRecord, StepSink, StoredConversation
+from alicia.agent.engine.sink import (
+    NullSink,
+    SentRecord,
+    StepSink,
+    StoredConversation,
+    StoredMessage,
+)
 from alicia.protocol import (
     Envelope,
     ReasoningStep,
@@ -70,7 +76,7 @@ from .errors import (
     _mapped,
     map_error,
 )
-from .history import load_conversation, sent_after
+from .history import load_conversation, sent_after, stored_message
 from .migrate import migrate, migrate_once
 from .options import WriterOptions, WriterStats, default_spill_root
 from .rows import Rows, build_rows
@@ -330,6 +336,16 @@ class StorageWriter:
             engine.connect() as conn,
         ):
             return await sent_after(conn, conversation_id, after, limit=limit)
+
+    async def stored_message(self, message_id: str) -> StoredMessage | None:
+        """The stored message with ``message_id`` (None: the id is free)."""
+        engine = await self._ready_engine()
+        async with (
+            asyncio.timeout(self.options.query_timeout_s),
+            _mapped(),
+            engine.connect() as conn,
+        ):
+            return await stored_message(conn, message_id)
 
     async def _ready_engine(self) -> AsyncEngine:
         if self._engine is None:
