@@ -8,8 +8,9 @@ grant listens there during a tool round whose reasoning carries canary phrases, 
 the agent for its chat history and its agent info. The canaries appear nowhere in what it
 gets (while the same channel does carry the round's function call, so the listener hears
 it), in an app built as the README's adoption diff and in the worker's own voice rooms,
-for DeepSeek V4 (``reasoning_content`` back on the tool round) and the Responses API
-(reasoning items back on every later turn).
+for DeepSeek V4 (``reasoning_content`` back on the tool round), OpenRouter (signed
+``reasoning_details`` back on the tool round) and the Responses API (reasoning items,
+summaries included, back on every later turn).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ CASES = {
         "deepseek",
         "chat",
         ("instead of doing it in my head", "so the user will likely get a bit less"),
+    ),
+    "openrouter_claude_tool_call": (
+        "openrouter",
+        "chat",
+        ("Mixing hours and minutes by hand", "so the user sees the wait is included"),
     ),
     "responses_summary_tool_call": (
         "openai",
