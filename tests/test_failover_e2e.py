@@ -30,7 +30,6 @@ from livekit import rtc
 from storage_db import fetch, new_database
 
 from alicia.harness import LiveKitServer, PostgresServer
-from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import (
     DATA_TOPIC,
@@ -56,18 +55,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 STREAM = "deepseek_reasoning_content"
 ROOMS = 10
-
-
-@pytest.fixture(scope="module")
-def watch_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def livekit(watch_port: int) -> AsyncIterator[LiveKitServer]:
-    """A livekit-server of its own, posting webhooks to the watcher's port."""
-    with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
-        yield server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

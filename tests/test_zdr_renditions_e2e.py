@@ -24,7 +24,6 @@ from storage_db import fetch, new_database
 
 from alicia.agent.engine.sealing import ReasoningSealer
 from alicia.harness import LiveKitServer, PostgresServer
-from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ReasoningStep, new_id
 from tests.failover_helpers import following_client, running_watcher
@@ -38,18 +37,6 @@ CANARY = "the user wants to know whether 9.11"
 MASTER = ("m1", bytes(range(32)))
 KEYS = f"m1={base64.b64encode(MASTER[1]).decode()}"
 JWE = re.compile(rb"eyJ[\w-]+\.[\w-]*\.[\w-]+\.[\w-]+\.[\w-]+")
-
-
-@pytest.fixture(scope="module")
-def watch_port() -> int:
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def livekit(watch_port: int) -> AsyncIterator[LiveKitServer]:
-    """A livekit-server of its own, posting webhooks to the watcher's port."""
-    with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
-        yield server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
