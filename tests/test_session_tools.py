@@ -213,3 +213,26 @@ async def test_responses_reasoning_goes_back_on_later_turns_by_reference_not_by_
     assert "extra_content" not in json.dumps(third)  # the reference is never sent
     said = json.dumps([i.model_dump(mode="json") for i in history])
     assert spec.steps[0][:60] not in said and "encrypted_content" not in said
+
+
+def test_an_answer_with_list_content_keeps_its_passback_and_raises_nothing() -> None:
+    """The transcript finds an answer's pass-back by its reference, whatever the shape of
+    its content; another answer with the same words gets none of it."""
+    from alicia.agent.engine.keeper import Kept
+
+    model = AliciaLLM(
+        model="m", base_url="http://127.0.0.1:9/v1", provider="openai", api="responses"
+    )
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
+    model._passbacks.put("rnd_1", Kept(plain={"reasoning_items": [item]}))
+    ctx = llm.ChatContext()
+    ctx.add_message(role="user", content="Hi")
+    ctx.add_message(
+        role="assistant", content=["OK.", "Anything else?"], extra={PASSBACK_EXTRA: "rnd_1"}
+    )
+    ctx.add_message(role="assistant", content="OK.")  # the same words, another answer
+    ctx.add_message(role="user", content="No.")
+    transcript = model._transcript(ctx)
+    carried = [m.get("passback") for m in transcript if m["role"] == "assistant"]
+    assert carried == [{"reasoning_items": [item]}, None]
+    assert "extra_content" not in str(transcript)
