@@ -9,6 +9,13 @@ and turns what the agent sends it into AG-UI events (:class:`RoomProjection`). S
 caller's grant decides what reasoning it sees, exactly as for a LiveKit client: the
 worker decides, never this endpoint.
 
+The room's agent is the participant of kind AGENT whose ``lk.agent_name`` is
+``ALICIA_AGENT_NAME`` (:class:`NamedAgentTrust`). With ``ALICIA_AGENT_NAME`` unset the
+workers run under livekit-agents' automatic dispatch, which gives their agents no name:
+then only an agent with no (or an empty) ``lk.agent_name`` is trusted, never one
+dispatched under a name. The listener is a standard participant, so the failover
+watcher counts it as a client: a room that only a dashboard follows gets its agent.
+
 The stream opens with ``RUN_STARTED`` (thread = the room) once the agent has answered the
 listener's handshake, so everything after it is seen; then, per turn: the user's
 words (a final Transcription, or a UserMessage the agent echoes) as a user text message;
@@ -25,7 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -47,9 +54,10 @@ from ag_ui.core import (
     ToolCallResultEvent,
     ToolCallStartEvent,
 )
-from livekit import api
+from livekit import api, rtc
 
 from alicia.agent.settings import Settings
+from alicia.client.trust import AGENT_NAME_ATTRIBUTE, AgentTrust
 from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
@@ -64,7 +72,7 @@ from alicia.protocol import (
 
 from .auth import Caller
 
-__all__ = ["RoomEvents", "RoomProjection"]
+__all__ = ["NamedAgentTrust", "RoomEvents", "RoomProjection", "trusts_agent"]
 
 logger = logging.getLogger("alicia.agui")
 
@@ -185,6 +193,28 @@ def _whole_message(message_id: str, role: Any, text: str) -> list[BaseEvent]:
     return out
 
 
+def trusts_agent(kind: int, attributes: Mapping[str, str], agent_name: str) -> bool:
+    """A participant of ``kind`` with ``attributes`` may speak for the room's agent named
+    ``agent_name`` (``ALICIA_AGENT_NAME``; empty: an agent of automatic dispatch, which
+    has no name)."""
+    if kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+        return False
+    return attributes.get(AGENT_NAME_ATTRIBUTE, "") == agent_name
+
+
+class NamedAgentTrust(AgentTrust):
+    """:class:`~alicia.client.trust.AgentTrust` for exactly one agent name, the empty
+    name included (automatic dispatch), checked for every packet."""
+
+    def __init__(self, agent_name: str) -> None:
+        """Trust only agents named ``agent_name``."""
+        super().__init__(agent_name=agent_name, expected_identity=None)
+
+    def matches(self, p: rtc.RemoteParticipant) -> bool:
+        """``p`` is an agent of kind AGENT with this agent name."""
+        return trusts_agent(p.kind, p.attributes, self.agent_name or "")
+
+
 class RoomEvents:
     """Every live room stream of one process (bounded by ``ALICIA_AGUI_MAX_RUNS``)."""
 
@@ -224,7 +254,7 @@ class RoomEvents:
             .to_jwt()
         )
 
-    async def stream(self, caller: Caller) -> AsyncIterator[BaseEvent]:
+    async def stream(self, caller: Caller) -> AsyncGenerator[BaseEvent, None]:
         """The room of ``caller``'s token as AG-UI events, until the room or caller ends."""
         from alicia.client.session import ClientError, ClientSession
 
@@ -232,6 +262,7 @@ class RoomEvents:
         queue: asyncio.Queue[list[BaseEvent] | None] = asyncio.Queue(_QUEUE)
         view = RoomProjection()
         session = ClientSession(show_reasoning=caller.level != "none", device="agui")
+        session.trust = NamedAgentTrust(self.settings.agent_name)
         overflow = False
 
         def push(env: Envelope[Any]) -> None:
