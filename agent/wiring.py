@@ -18,6 +18,7 @@ from alicia.agent.engine.sink import NullSink, StepSink
 if TYPE_CHECKING:
     from alicia.agent.settings import Settings
     from alicia.agent.storage.keys import KeyStore
+    from alicia.agent.storage.leases import Fence
 
 __all__ = ["open_keys", "open_llm", "open_sink"]
 
@@ -25,17 +26,22 @@ logger = logging.getLogger("alicia.worker")
 
 
 async def open_sink(
-    url: str | None, *, close_timeout_s: float = 10.0, linger_s: float | None = None
+    url: str | None,
+    *,
+    close_timeout_s: float = 10.0,
+    linger_s: float | None = None,
+    fence: Fence | None = None,
 ) -> StepSink:
     """The storage sink for ``url`` (None: persistence off); ``linger_s``: how long a
-    batch waits to fill (0 for failover, where every envelope is stored before it leaves)."""
+    batch waits to fill (0 for failover, where every envelope is stored before it leaves);
+    ``fence``: failover, every write conditional on the room's lease epoch."""
     if not url:
         return NullSink()
     # SQLAlchemy only when storing.
     from alicia.agent.storage.writer import WriterOptions
     from alicia.agent.storage.writer import open_sink as open_storage
 
-    options = WriterOptions(close_timeout_s=close_timeout_s)
+    options = WriterOptions(close_timeout_s=close_timeout_s, fence=fence)
     if linger_s is not None:
         options = dataclasses.replace(options, linger_s=linger_s)
     return await open_storage(url, options)

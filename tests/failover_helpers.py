@@ -128,6 +128,8 @@ class FollowingClient:
         """(identity, time.monotonic() it was first trusted) of each agent followed."""
         self.resumed: list[float] = []
         """time.monotonic() when each resume was answered."""
+        self.heard: list[tuple[str, float, bytes]] = []
+        """(sender, time.monotonic(), bytes) of every packet any agent sent it."""
         self._event = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
@@ -156,6 +158,7 @@ class FollowingClient:
         sender = packet.participant
         if packet.topic != DATA_TOPIC or sender is None or sender.kind != AGENT:
             return
+        self.heard.append((sender.identity, time.monotonic(), bytes(packet.data)))
         if sender.identity != self.agent:
             self._on_participant(sender)
         env = decode(packet.data)

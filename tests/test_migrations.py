@@ -132,12 +132,12 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
     assert await schema(empty_url) == {
         "tables": set(TABLE_NAMES),
         "views": VIEWS,
-        "version": "0005",
+        "version": "0006",
     }
     await migrate(empty_url, "base", downgrade=True)
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)  # and back up again
-    assert (await schema(empty_url))["version"] == "0005"
+    assert (await schema(empty_url))["version"] == "0006"
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(
@@ -325,7 +325,7 @@ def test_alembic_command_line_upgrades_and_downgrades(tmp_path: Path) -> None:
 
     upgraded = alembic("upgrade", "head")
     assert "0001 -> 0002" in upgraded and "0003 -> 0004" in upgraded
-    assert "0005 (head)" in alembic("current")
+    assert "0006 (head)" in alembic("current")
     assert "0001 -> , " in alembic("downgrade", "base")
     sql = alembic("upgrade", "head", "--sql")  # offline mode renders the DDL
     assert "CREATE TABLE alicia_reasoning_steps" in sql and "CREATE VIEW alicia_model_daily" in sql

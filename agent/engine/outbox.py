@@ -11,7 +11,9 @@ bytes, recipients and level, in the stored copy's ``alicia.sent`` meta; under ze
 retention every rendition of a step only sealed with the conversation's data key) and
 is stored before it is transmitted, so whatever a client received is in the database
 for the agent that takes the room over: it numbers on after the last logged stanza and
-replays from the log.
+replays from the log. The agent's :class:`Tenure` fences it: once storage refuses its
+writes (:class:`~alicia.agent.engine.sink.Fenced`: another agent took the room over), or
+its tenure cannot be confirmed after the process stalled, nothing more is sent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -29,10 +31,10 @@ from alicia.protocol import Body, Envelope, StanzaCounter, encode, envelope
 from alicia.protocol.errors import EncodeError
 
 from .participants import InvalidState, Visibility
-from .sink import META_SENT, ConversationStore, StepSink
+from .sink import META_SENT, ConversationStore, Fenced, StepSink
 from .transport import Transport, TransportError
 
-__all__ = ["MAX_REPLAY_GAP", "Outbox", "ReplayBudget", "ReplayGap"]
+__all__ = ["MAX_REPLAY_GAP", "Outbox", "ReplayBudget", "ReplayGap", "Tenure"]
 
 logger = logging.getLogger("alicia.conversation")
 
@@ -44,6 +46,18 @@ the conversation goes on; a takeover may then miss what was not stored)."""
 DURABLE_PAUSE_S: Final = 5.0
 """After such a timeout, envelopes leave without waiting for this long (no stall per
 envelope while the database is away)."""
+
+
+class Tenure(Protocol):
+    """This agent's hold on the conversation (failover: its room lease)."""
+
+    async def held(self) -> bool:
+        """Whether the agent may still send (cheap unless it must be confirmed)."""
+        ...
+
+    def lose(self) -> None:
+        """Storage refused the agent's writes: another agent holds the conversation."""
+        ...
 
 
 class ReplayGap(InvalidState):
@@ -90,6 +104,10 @@ class Outbox:
         """Zero data retention: every step rendition is logged only sealed (:attr:`seal_sent`)."""
         self.seal_sent: Callable[[bytes], str] | None = None
         """How a step rendition's logged bytes are sealed (no data key: it is not logged)."""
+        self.tenure: Tenure | None = None
+        """Failover: the agent's hold on the room, checked before every transmission."""
+        self.fenced = False
+        """Another agent holds the conversation: nothing more is stored or sent."""
 
     def continue_after(self, last: int) -> None:
         """Number from ``|last| + 1`` on (a conversation stored before; before any send).
@@ -141,6 +159,8 @@ class Outbox:
         store_meta: dict[str, Any] | None = None,
     ) -> None:
         """:meth:`send` with :attr:`lock` already held."""
+        if self.fenced:
+            return
         cid = self.conversation_id
         env = envelope(body, stanza_id=self._stanza.next(), conversation_id=cid, meta=meta)
         addressed = bool(to) or everyone
@@ -152,7 +172,8 @@ class Outbox:
                 logger.exception("envelope not encodable", extra={"type": env.type})
         if self.store is not None and data is not None:
             self._log(env, data, None if everyone else tuple(to), level, store, store_meta)
-            await self._stored()
+            if not await self._stored():
+                return
         elif store:
             if store_meta:
                 stored_meta = {**(meta or {}), **store_meta}
@@ -202,21 +223,38 @@ class Outbox:
             envelope(body, stanza_id=env.stanza_id, conversation_id=env.conversation_id, meta=meta)
         )
 
-    async def _stored(self) -> None:
-        """Wait (bounded) until storage holds everything handed to it so far."""
+    async def _stored(self) -> bool:
+        """Wait (bounded) until storage holds everything handed to it so far; False once
+        this agent is fenced (see :class:`Tenure`)."""
         assert self.store is not None
         loop = asyncio.get_running_loop()
-        if loop.time() < self._unstored_until:
-            return
-        try:
-            async with asyncio.timeout(DURABLE_TIMEOUT_S):
-                await self.store.durable()
-        except Exception as exc:  # the database is away: the conversation goes on
-            self._unstored_until = loop.time() + DURABLE_PAUSE_S
-            logger.warning("sent before it was stored", extra={"error": repr(exc)})
+        if loop.time() >= self._unstored_until:
+            try:
+                async with asyncio.timeout(DURABLE_TIMEOUT_S):
+                    await self.store.durable()
+            except Fenced:
+                self._fence()
+            except Exception as exc:  # the database is away: the conversation goes on
+                self._unstored_until = loop.time() + DURABLE_PAUSE_S
+                logger.warning("sent before it was stored", extra={"error": repr(exc)})
+        if not self.fenced and self.tenure is not None and not await self.tenure.held():
+            self._fence()
+        return not self.fenced
+
+    def _fence(self) -> None:
+        if not self.fenced:
+            logger.warning(
+                "fenced: another agent holds the conversation; sending nothing more",
+                extra={"conversation": self.conversation_id},
+            )
+        self.fenced = True
+        if self.tenure is not None:
+            self.tenure.lose()
 
     async def transmit(self, data: bytes, to: Sequence[str], what: object) -> None:
         """Send encoded bytes as they are (a failed send is logged, never raised)."""
+        if self.fenced:
+            return
         try:
             await self._transport.send(data, to=to)
         except TransportError as exc:

@@ -27,6 +27,7 @@ __all__ = [
     "META_USAGE",
     "STORAGE_ONLY_META",
     "ConversationStore",
+    "Fenced",
     "MessageIndex",
     "NullSink",
     "SentRecord",
@@ -100,12 +101,18 @@ class StoredConversation:
     """Its last turns, oldest first."""
 
 
+class Fenced(Exception):
+    """This agent no longer holds the conversation (another agent took it over): it must
+    store and send nothing more, and leave."""
+
+
 @runtime_checkable
 class ConversationStore(Protocol):
     """Storage an agent can take a conversation over from (failover)."""
 
     async def durable(self) -> None:
-        """Return once everything submitted so far is stored."""
+        """Return once everything submitted so far is stored; :class:`Fenced` once the
+        agent's writes are refused because another agent took the conversation over."""
         ...
 
     async def load_conversation(self, conversation_id: str, *, limit: int) -> StoredConversation:

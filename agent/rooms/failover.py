@@ -4,10 +4,16 @@
   (:mod:`alicia.agent.storage.leases`); one task per process renews every lease the
   process holds every ``ALICIA_HEARTBEAT_INTERVAL``, so a dead worker's leases go stale
   and the watcher (``python -m alicia.agent.watch``) brings its rooms a new agent.
+  Each claim gives the agent the lease's epoch (its :class:`Hold`): its renewals and its
+  storage writes are conditional on it, and after a stall (SIGSTOP, a starved loop) it
+  sends nothing until a renewal confirms it still holds the room; a lost lease makes the
+  agent leave at once. A room that starts while the database is away is served without
+  those guarantees (logged) and claimed once the database answers.
 * :func:`watch_drain`: on SIGTERM livekit-agents drains the worker (no new rooms); this
   notices it (:data:`DRAINING`) so each room lets its running turns finish (bounded by
   ``ALICIA_DRAIN_TURN_TIMEOUT``), releases its lease and leaves: the jobs end, the worker
-  exits 0, and the watcher moves the rooms. Rooms see it at once with the thread job
+  exits 0, and the watcher moves the rooms. livekit-agents' own drain timeout is raised
+  to cover that bound, so it never cuts those turns. Rooms see it at once with the thread job
   executor (every room in the worker's process); with the process executor a job process
   learns it only when the drain times out.
 """
@@ -15,19 +21,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
 import threading
 from typing import TYPE_CHECKING, Final
 
-from alicia.agent.storage.leases import Leases
+from alicia.agent.storage.leases import Fence, Leases
 
 if TYPE_CHECKING:
     from livekit.agents import AgentServer
 
-__all__ = ["DRAINING", "LeaseKeeper", "lease_keeper", "wait_draining", "watch_drain"]
+__all__ = ["DRAINING", "Hold", "LeaseKeeper", "lease_keeper", "wait_draining", "watch_drain"]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -38,6 +46,40 @@ WORKER_ID: Final = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}
 _POLL_S: Final = 0.1
 
 
+class Hold:
+    """One agent's lease on one room: its :class:`Fence` (the epoch its storage writes are
+    conditional on) and the event set once the lease is lost. The conversation's
+    :class:`~alicia.agent.engine.outbox.Tenure`."""
+
+    def __init__(self, keeper: LeaseKeeper, room: str, identity: str, epoch: int | None) -> None:
+        """``epoch`` None: not claimed yet (the database is away)."""
+        self.keeper = keeper
+        self.room = room
+        self.identity = identity
+        self.fence = Fence(room, epoch)
+        self.lost = asyncio.Event()
+        """Set once another agent holds the room: leave it at once."""
+        self.suspect = False
+        """The process stalled since the last renewal: confirm before sending."""
+
+    async def held(self) -> bool:
+        """Whether this agent may still send: at once while its worker's heartbeat runs;
+        after a stall (SIGSTOP, a starved loop), only once a renewal confirms it."""
+        if self.lost.is_set():
+            return False
+        if self.keeper.stalled():
+            self.suspect = True
+        if self.suspect:
+            await self.keeper.beat_now()
+        return not (self.lost.is_set() or self.suspect)
+
+    def lose(self) -> None:
+        """Storage refused this agent's writes: the room is another agent's now."""
+        if not self.lost.is_set():
+            logger.warning("room lease lost: leaving", extra={"room": self.room})
+            self.lost.set()
+
+
 class LeaseKeeper:
     """The leases one process's rooms hold, renewed together (see the module docstring)."""
 
@@ -46,40 +88,113 @@ class LeaseKeeper:
         self.leases = Leases(url)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self._held: dict[str, asyncio.Event] = {}
-        """Rooms held, each with the event set when its lease is lost."""
+        self._held: dict[tuple[str, str], Hold] = {}
+        """(room, identity) -> its hold."""
         self._task: asyncio.Task[None] | None = None
+        self._ticked = 0.0
+        """Loop time of the heartbeat loop's last turn (a long gap: the process stalled)."""
+        self._beat_lock = asyncio.Lock()
+        self._failing = False
+        self._now = asyncio.Event()
 
-    async def hold(self, room: str, identity: str) -> asyncio.Event | None:
-        """Claim ``room`` for ``identity``: an event set if the lease is ever lost (another
-        agent took the room over: leave it); None if another live agent holds it."""
-        if not await self.leases.claim(room, identity, WORKER_ID, self.timeout_s):
-            return None
-        lost = self._held[room] = asyncio.Event()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._beat(), name="alicia-lease-heartbeat")
-        return lost
+    async def hold(self, room: str, identity: str) -> Hold | None:
+        """Claim ``room`` for ``identity``; None if another live agent holds it.
 
-    async def release(self, room: str, identity: str) -> None:
-        """``identity`` leaves ``room`` cleanly: its lease goes (the watcher may move it)."""
-        self._held.pop(room, None)
+        With the database away the room is served all the same, without failover
+        guarantees (logged); the lease is claimed once the database answers again."""
         try:
-            await self.leases.release(room, identity)
+            epoch = await self.leases.claim(room, identity, WORKER_ID, self.timeout_s)
+        except Exception as exc:
+            logger.warning(
+                "room lease not claimed (database unavailable): serving without failover "
+                "guarantees until it is",
+                extra={"room": room, "error": repr(exc)},
+            )
+            hold = Hold(self, room, identity, None)
+        else:
+            if epoch is None:
+                return None
+            hold = Hold(self, room, identity, epoch)
+        self._held[room, identity] = hold
+        if self._task is None or self._task.done():
+            self._ticked = asyncio.get_running_loop().time()
+            self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
+        return hold
+
+    async def release(self, hold: Hold) -> None:
+        """``hold``'s agent leaves its room cleanly: its own lease entry goes (the watcher
+        may move the room); another agent's entry for the room is left alone."""
+        self._held.pop((hold.room, hold.identity), None)
+        if hold.lost.is_set() or hold.fence.epoch is None:
+            return
+        try:
+            await self.leases.release(hold.room, hold.identity)
         except Exception:
-            logger.warning("lease not released", extra={"room": room}, exc_info=True)
+            logger.warning("lease not released", extra={"room": hold.room}, exc_info=True)
+
+    def stalled(self) -> bool:
+        """The heartbeat loop has not turned for longer than the lease timeout: this
+        process was stopped or starved, and another agent may hold its rooms."""
+        return asyncio.get_running_loop().time() - self._ticked > self.timeout_s
+
+    async def beat_now(self) -> None:
+        """Renew at once (bounded by the timeout): confirms or loses every hold."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timeout_s):
+                await self._beat()
+
+    async def _beat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._held:
+            now = loop.time()
+            if now - self._ticked > self.timeout_s:
+                for hold in self._held.values():
+                    hold.suspect = True  # stalled: nothing is sent until renewed
+            self._ticked = now
+            await self.beat_now()
+            self._now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._now.wait(), self.interval_s)
 
     async def _beat(self) -> None:
-        while self._held:
+        """One renewal of every claimed hold, and a claim of every pending one."""
+        async with self._beat_lock:
+            holds = list(self._held.values())
+            claimed: dict[str, int] = {}
+            for h in holds:
+                if h.fence.epoch is not None:
+                    claimed[h.room] = max(h.fence.epoch, claimed.get(h.room, 0))
             try:
-                still = await self.leases.beat(WORKER_ID)
-            except Exception:
-                logger.warning("lease heartbeat failed", exc_info=True)
-            else:
-                for room, lost in list(self._held.items()):
-                    if room not in still and not lost.is_set():
-                        logger.warning("room lease lost: leaving", extra={"room": room})
-                        lost.set()
-            await asyncio.sleep(self.interval_s)
+                renewed = await self.leases.beat(WORKER_ID, claimed)
+            except Exception as exc:
+                if not self._failing:  # once per outage
+                    logger.warning("lease heartbeat failed", extra={"error": repr(exc)})
+                self._failing = True
+                return
+            if self._failing:
+                logger.info("lease heartbeat renewed again", extra={"rooms": len(renewed)})
+                self._failing = False
+            for hold in holds:
+                if hold.fence.epoch is None:
+                    await self._claim_late(hold)
+                elif hold.room in renewed and claimed[hold.room] == hold.fence.epoch:
+                    hold.suspect = False
+                else:
+                    hold.lose()
+            self._ticked = asyncio.get_running_loop().time()  # every hold is known now
+
+    async def _claim_late(self, hold: Hold) -> None:
+        """Claim a room served since the database was away."""
+        try:
+            epoch = await self.leases.claim(hold.room, hold.identity, WORKER_ID, self.timeout_s)
+        except Exception:
+            return
+        if epoch is None:
+            hold.lose()
+        else:
+            hold.fence.epoch = epoch
+            hold.suspect = False
+            logger.info("room lease claimed: failover guarantees again", extra={"room": hold.room})
 
 
 _KEEPERS: dict[asyncio.AbstractEventLoop, LeaseKeeper] = {}
@@ -106,8 +221,23 @@ async def wait_draining() -> None:
         await asyncio.sleep(_POLL_S)
 
 
-def watch_drain(server: AgentServer) -> None:
-    """Set :data:`DRAINING` when ``server`` starts draining (call on ``worker_started``)."""
+DRAIN_LEAVE_S: Final = 10
+"""Time a drained room has, past its turns, to release its lease and leave."""
+
+
+def watch_drain(server: AgentServer, turn_timeout_s: float) -> None:
+    """Set :data:`DRAINING` when ``server`` starts draining (call on ``worker_started``),
+    and make livekit-agents' drain wait for turns of up to ``turn_timeout_s``."""
+    needed = math.ceil(turn_timeout_s) + DRAIN_LEAVE_S
+    # livekit-agents 1.8 keeps it here (set by --drain-timeout) and offers no getter.
+    current = getattr(server, "_drain_timeout", None)
+    if not isinstance(current, int) or 0 < current < needed:
+        server.update_options(drain_timeout=needed)
+        if isinstance(current, int):
+            logger.info(
+                "drain timeout raised to cover ALICIA_DRAIN_TURN_TIMEOUT",
+                extra={"from_s": current, "to_s": needed},
+            )
 
     async def watch() -> None:
         while not server.draining:  # noqa: ASYNC110 - livekit-agents offers no drain event

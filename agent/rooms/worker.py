@@ -28,7 +28,7 @@ from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 
-from .failover import LeaseKeeper, lease_keeper, wait_draining, watch_drain
+from .failover import Hold, lease_keeper, wait_draining, watch_drain
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
@@ -107,7 +107,8 @@ def build_server(settings: Settings) -> AgentServer:
     # Logged once the command line has set logging up.
     server.on("worker_started", lambda: logger.info("llm provider profile", extra=chosen))
     if settings.failover:
-        server.on("worker_started", lambda: watch_drain(server))
+        turns_s = settings.drain_turn_timeout_s
+        server.on("worker_started", lambda: watch_drain(server, turns_s))
     return server
 
 
@@ -129,6 +130,7 @@ async def entrypoint(ctx: JobContext) -> None:
         await serve_voice_room(ctx, settings)
         return
     await _serve(ctx.room, settings)
+    ctx.shutdown("room left")  # a room left early (lease lost, drained) is left for good
 
 
 def _on_shared_loop(settings: Settings) -> bool:
@@ -179,8 +181,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
     identity = room.local_participant.identity
-    keeper: LeaseKeeper | None = None
-    lost: asyncio.Event | None = None
+    hold: Hold | None = None
     if settings.failover:
         assert settings.database_url is not None  # checked by the settings
         keeper = lease_keeper(
@@ -188,7 +189,8 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
             interval_s=settings.heartbeat_interval_s,
             timeout_s=settings.heartbeat_timeout_s,
         )
-        if not await keeper.hold(room.name, identity):
+        hold = await keeper.hold(room.name, identity)
+        if hold is None:
             logger.warning(
                 "another live agent serves this room: leaving", extra={"room": room.name}
             )
@@ -198,6 +200,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         settings.database_url,
         close_timeout_s=settings.storage_close_timeout_s,
         linger_s=0.0 if settings.failover else None,
+        fence=None if hold is None else hold.fence,
     )
     keys = open_keys(settings)
     llm = open_llm(settings)
@@ -212,17 +215,18 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 tools=default_tools(),
                 keys=keys,
             )
-            if lost is None:
+            if hold is None:
                 await conversation.run()
             else:
-                await _run_until_drained(conversation, transport, settings, lost)
+                conversation.session.outbox.tenure = hold
+                await _run_until_drained(conversation, transport, settings, hold.lost)
     finally:
-        if keeper is not None:
-            await keeper.release(room.name, identity)
         if keys is not None:
             await keys.aclose()
         await llm.close()
-        await sink.aclose()
+        await sink.aclose()  # before the lease goes: the last writes are still ours
+        if hold is not None:
+            await hold.keeper.release(hold)
         logger.info("room left", extra={"room": room.name})
 
 

@@ -49,15 +49,22 @@ def create_engine(
     command_timeout: float = 30.0,
     pooled: bool = True,
     pre_ping: bool = True,
+    idle_txn_timeout_s: float | None = None,
 ) -> AsyncEngine:
     """An async engine for ``url`` with our connection settings (see module docstring).
 
     ``pre_ping=False`` skips the liveness query on every checkout, for callers that
     retry anyway (a dead connection fails once and is replaced).
+    ``idle_txn_timeout_s`` (PostgreSQL): the server ends a session idle that long inside a
+    transaction, so a process stopped mid-write (SIGSTOP) holds no lock for longer.
     """
     kwargs: dict[str, Any] = {}
     if is_postgres(url):
-        kwargs["connect_args"] = {"timeout": connect_timeout, "command_timeout": command_timeout}
+        connect: dict[str, Any] = {"timeout": connect_timeout, "command_timeout": command_timeout}
+        if idle_txn_timeout_s is not None:
+            ms = str(int(idle_txn_timeout_s * 1000))
+            connect["server_settings"] = {"idle_in_transaction_session_timeout": ms}
+        kwargs["connect_args"] = connect
         if pooled:
             kwargs.update(pool_size=pool_size, max_overflow=2, pool_pre_ping=pre_ping)
         else:

@@ -14,8 +14,14 @@ One row per room (conversation) in ``alicia_agents``:
   serialises writers anyway) it marks the room as being dispatched unless a live lease or
   a recent mark says another watcher (or agent) already has it.
 
-Times are epoch seconds written by the processes (``time.time()``), so the watcher and the
-workers must share a clock (NTP; one host in the tests).
+Times are taken from the database clock (``heartbeat_at``, ``dispatched_at``: epoch
+seconds of the database), so hosts whose clocks differ agree on which lease is stale; a
+:class:`Lease` read back gives them on the reader's clock.
+
+**Fencing.** Each claim raises the row's ``epoch``; the agent holds the epoch it claimed.
+Its renewals (:meth:`Leases.beat`) and every write of its storage writer
+(:func:`fence_check`, in the writer's transaction) are conditional on it: once another
+agent has claimed the room, the old one renews nothing and writes nothing.
 """
 
 from __future__ import annotations
@@ -24,22 +30,32 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import ColumnElement, delete, literal_column, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from alicia.agent.engine.sink import Fenced
 
 from .engine import create_engine, is_postgres
 from .errors import _mapped
 from .migrate import migrate_once
 from .tables import agent_leases as LEASES
 
-__all__ = ["Lease", "Leases"]
+__all__ = ["Fence", "Lease", "Leases", "fence_check", "fence_check_pg"]
+
+_PG_NOW = "extract(epoch from clock_timestamp())::float8"
+_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def db_now(postgres: bool) -> ColumnElement[float]:
+    """The database clock as epoch seconds (a SQL expression)."""
+    return literal_column(_PG_NOW if postgres else _SQLITE_NOW)
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """One room's lease row."""
+    """One room's lease row, its times on the reader's clock (``time.time()``)."""
 
     conversation_id: str
     agent_identity: str | None
@@ -48,15 +64,54 @@ class Lease:
     """Epoch seconds of the last renewal (0: never)."""
     dispatched_at: float | None
     """Epoch seconds when a watcher last dispatched an agent to the room."""
+    epoch: int = 0
+    """The generation of the last claim."""
+
+
+@dataclass(slots=True)
+class Fence:
+    """What one agent's writes are conditional on: ``room``'s lease still at ``epoch``.
+
+    ``epoch`` None: not claimed (the database was away when the agent started), so
+    nothing is fenced yet."""
+
+    room: str
+    epoch: int | None = None
+
+
+def _fenced(fence: Fence, epoch: Any) -> None:
+    if epoch is None or int(epoch) != fence.epoch:
+        raise Fenced(f"room {fence.room}: lease epoch {fence.epoch} was superseded ({epoch})")
+
+
+async def fence_check(conn: AsyncConnection, fence: Fence | None, *, postgres: bool) -> None:
+    """In a write transaction: raise :class:`Fenced` unless ``fence`` still holds. The row
+    stays share-locked until the transaction ends, so a claim waits for it."""
+    if fence is None or fence.epoch is None:
+        return
+    query = select(LEASES.c.epoch).where(LEASES.c.conversation_id == fence.room)
+    if postgres:
+        query = query.with_for_update(read=True)
+    _fenced(fence, await conn.scalar(query))
+
+
+async def fence_check_pg(apg: Any, fence: Fence | None) -> None:
+    """:func:`fence_check` on a raw asyncpg connection (the writer's fast path)."""
+    if fence is None or fence.epoch is None:
+        return
+    epoch = await apg.fetchval(
+        "SELECT epoch FROM alicia_agents WHERE conversation_id = $1 FOR SHARE", fence.room
+    )
+    _fenced(fence, epoch)
 
 
 def _lease(row: Any) -> Lease:
+    """A row selected with ``age`` and ``dispatch_age`` (database clock) as a Lease."""
+    now = time.time()
+    beat = 0.0 if not row.heartbeat_at else now - float(row.age)
+    dispatched = None if row.dispatch_age is None else now - float(row.dispatch_age)
     return Lease(
-        row.conversation_id,
-        row.agent_identity,
-        row.worker_id,
-        float(row.heartbeat_at or 0.0),
-        None if row.dispatched_at is None else float(row.dispatched_at),
+        row.conversation_id, row.agent_identity, row.worker_id, beat, dispatched, int(row.epoch)
     )
 
 
@@ -72,7 +127,9 @@ class Leases:
 
     async def _ready(self) -> AsyncEngine:
         if self._engine is None:
-            self._engine = create_engine(self.url, pool_size=2, pre_ping=True)
+            self._engine = create_engine(
+                self.url, pool_size=2, pre_ping=True, idle_txn_timeout_s=1.0
+            )
         if not self._migrated:
             await migrate_once(self._engine)
             self._migrated = True
@@ -84,39 +141,52 @@ class Leases:
             await self._engine.dispose()
             self._engine = None
 
+    @property
+    def _now(self) -> ColumnElement[float]:
+        return db_now(self._postgres)
+
     def _insert(self) -> Any:
         return (pg_dialect.insert if self._postgres else sqlite_dialect.insert)(LEASES)
+
+    def _select(self) -> Any:
+        c = LEASES.c
+        return select(
+            LEASES,
+            (self._now - c.heartbeat_at).label("age"),
+            (self._now - c.dispatched_at).label("dispatch_age"),
+        )
 
     async def get(self, room: str) -> Lease | None:
         """The lease of ``room``, if it has one."""
         engine = await self._ready()
         async with _mapped(), engine.connect() as conn:
             row = (
-                await conn.execute(select(LEASES).where(LEASES.c.conversation_id == room))
+                await conn.execute(self._select().where(LEASES.c.conversation_id == room))
             ).first()
         return None if row is None else _lease(row)
 
     async def stale(self, timeout_s: float) -> list[Lease]:
         """Leases held by an agent but not renewed within ``timeout_s``."""
         engine = await self._ready()
-        before = time.time() - timeout_s
-        query = select(LEASES).where(
-            LEASES.c.agent_identity.is_not(None), LEASES.c.heartbeat_at < before
+        c = LEASES.c
+        query = self._select().where(
+            c.agent_identity.is_not(None), c.heartbeat_at < self._now - timeout_s
         )
         async with _mapped(), engine.connect() as conn:
             return [_lease(row) for row in await conn.execute(query)]
 
-    async def claim(self, room: str, identity: str, worker_id: str, timeout_s: float) -> bool:
-        """Make ``identity`` the agent of ``room``; False if another live agent holds it."""
+    async def claim(self, room: str, identity: str, worker_id: str, timeout_s: float) -> int | None:
+        """Make ``identity`` the agent of ``room``: the epoch it now holds, or None if
+        another live agent holds it."""
         engine = await self._ready()
-        now = time.time()
         c = LEASES.c
         insert = self._insert().values(
             conversation_id=room,
             agent_identity=identity,
             worker_id=worker_id,
-            heartbeat_at=now,
+            heartbeat_at=self._now,
             dispatched_at=None,
+            epoch=1,
         )
         taken = insert.excluded
         upsert = insert.on_conflict_do_update(
@@ -126,35 +196,58 @@ class Leases:
                 "worker_id": taken.worker_id,
                 "heartbeat_at": taken.heartbeat_at,
                 "dispatched_at": None,
+                "epoch": c.epoch + 1,
             },
             where=(c.agent_identity.is_(None))
             | (c.agent_identity == taken.agent_identity)
-            | (c.heartbeat_at < now - timeout_s),
+            | (c.heartbeat_at < self._now - timeout_s),
         )
         async with _mapped(), engine.begin() as conn:
             await conn.execute(upsert)
-            holder = await conn.scalar(select(c.agent_identity).where(c.conversation_id == room))
-        return holder == identity
+            row = (
+                await conn.execute(
+                    select(c.agent_identity, c.epoch).where(c.conversation_id == room)
+                )
+            ).first()
+        return int(row.epoch) if row is not None and row.agent_identity == identity else None
 
-    async def beat(self, worker_id: str) -> set[str]:
-        """Renew every lease ``worker_id`` holds; the rooms it still holds."""
+    async def beat(self, worker_id: str, held: dict[str, int]) -> set[str]:
+        """Renew the leases ``worker_id`` holds (room -> epoch), each only while still at
+        its epoch; the rooms renewed."""
+        if not held:
+            return set()
         engine = await self._ready()
+        c = LEASES.c
         statement = (
             update(LEASES)
-            .where(LEASES.c.worker_id == worker_id)
-            .values(heartbeat_at=time.time())
-            .returning(LEASES.c.conversation_id)
+            .where(c.worker_id == worker_id, tuple_(c.conversation_id, c.epoch).in_(held.items()))
+            .values(heartbeat_at=self._now)
+            .returning(c.conversation_id)
         )
         async with _mapped(), engine.begin() as conn:
             return {row[0] for row in await conn.execute(statement)}
 
     async def release(self, room: str, identity: str) -> None:
-        """``identity`` no longer serves ``room`` (a clean leave)."""
+        """``identity`` no longer serves ``room`` (a clean leave): its own entry only."""
         engine = await self._ready()
         c = LEASES.c
         statement = delete(LEASES).where(c.conversation_id == room, c.agent_identity == identity)
         async with _mapped(), engine.begin() as conn:
             await conn.execute(statement)
+
+    async def forget(self, room: str, timeout_s: float, grace_s: float) -> bool:
+        """Delete ``room``'s lease if it is dead (not renewed within ``timeout_s``, no
+        dispatch within ``grace_s``): the room is gone or has nobody left to serve."""
+        engine = await self._ready()
+        c = LEASES.c
+        statement = delete(LEASES).where(
+            c.conversation_id == room,
+            c.heartbeat_at < self._now - timeout_s,
+            c.dispatched_at.is_(None) | (c.dispatched_at < self._now - grace_s),
+        )
+        async with _mapped(), engine.begin() as conn:
+            result = await conn.execute(statement)
+        return bool(result.rowcount)
 
     async def begin_dispatch(self, room: str, timeout_s: float, grace_s: float) -> bool:
         """Decide, once for every watcher, to dispatch an agent to ``room``.
@@ -163,33 +256,31 @@ class Leases:
         already covers it.
         """
         engine = await self._ready()
-        now = time.time()
         c = LEASES.c
         async with _mapped(), engine.begin() as conn:
             if self._postgres:
                 await conn.execute(
                     text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"alicia:{room}"}
                 )
-            query = select(LEASES).where(c.conversation_id == room)
+            query = self._select().where(c.conversation_id == room)
             if self._postgres:
-                query = query.with_for_update()
+                query = query.with_for_update(of=LEASES)
             row = (await conn.execute(query)).first()
             if row is not None:
-                lease = _lease(row)
-                if lease.agent_identity and now - lease.heartbeat_at <= timeout_s:
+                if row.agent_identity and row.heartbeat_at and float(row.age) <= timeout_s:
                     return False
-                if lease.dispatched_at is not None and now - lease.dispatched_at < grace_s:
+                if row.dispatch_age is not None and float(row.dispatch_age) < grace_s:
                     return False
             insert = self._insert().values(
                 conversation_id=room,
                 agent_identity=None,
                 worker_id=None,
                 heartbeat_at=0.0,
-                dispatched_at=now,
+                dispatched_at=self._now,
             )
             await conn.execute(
                 insert.on_conflict_do_update(
-                    index_elements=["conversation_id"], set_={"dispatched_at": now}
+                    index_elements=["conversation_id"], set_={"dispatched_at": self._now}
                 )
             )
         return True

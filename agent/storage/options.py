@@ -6,8 +6,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import make_url
+
+if TYPE_CHECKING:
+    from .leases import Fence
 
 __all__ = ["WriterOptions", "WriterStats", "default_spill_root"]
 
@@ -52,6 +56,9 @@ class WriterOptions:
     """Connections kept by the engine (writer, step-index queries, spare)."""
     step_chains: int = 100_000
     """Chains whose last submitted step index is remembered (for seeding)."""
+    fence: Fence | None = None
+    """Failover: every transaction is conditional on this room's lease epoch; once
+    another agent holds the room, nothing more is written (``durable`` raises ``Fenced``)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_memory_records", "max_memory_bytes", "spill_chunk"):

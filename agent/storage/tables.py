@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Double,
@@ -346,7 +347,7 @@ class SentLog(Base):
 
 
 class AgentLease(Base):
-    """Which agent serves which room, renewed by its worker (epoch seconds)."""
+    """Which agent serves which room, renewed by its worker (epoch seconds, database clock)."""
 
     __tablename__ = "alicia_agents"
 
@@ -355,6 +356,8 @@ class AgentLease(Base):
     worker_id: Mapped[str | None] = mapped_column(index=True)
     heartbeat_at: Mapped[float] = mapped_column(Double, server_default=sql_text("0"))
     dispatched_at: Mapped[float | None] = mapped_column(Double)
+    epoch: Mapped[int] = mapped_column(BigInteger, server_default=sql_text("0"))
+    """Raised by each claim; the holder's writes and renewals are conditional on it."""
 
 
 TABLE_NAMES: Final = tuple(Base.metadata.tables)

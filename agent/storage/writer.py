@@ -44,14 +44,15 @@ import enum
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 import msgspec
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alicia.agent.engine.sink import (
+    Fenced,
     NullSink,
     SentRecord,
     StepSink,
@@ -74,12 +75,13 @@ from .errors import (
     StorageRejectedError,
     StorageUnavailableError,
     _mapped,
-    map_error,
 )
+from .fastpath import write_steps_fenced
 from .history import load_conversation, sent_after, stored_message
+from .leases import fence_check
 from .migrate import migrate, migrate_once
 from .options import WriterOptions, WriterStats, default_spill_root
-from .rows import Rows, build_rows
+from .rows import build_rows
 from .spill import Item, Segment, SpillDir
 from .tables import reasoning_steps as STEPS
 
@@ -151,6 +153,8 @@ class StorageWriter:
         self._deadline: float | None = None
         self._durable: list[tuple[int, asyncio.Future[None]]] = []
         """(seq, future) of :meth:`durable` callers, resolved as batches are stored."""
+        self._fenced = False
+        """Another agent took the conversation over (``options.fence``): drop everything."""
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -165,7 +169,9 @@ class StorageWriter:
                 "adopted spilled records",
                 extra={"segments": len(adopted), "spill_dir": str(self._spill.root)},
             )
-        self._engine = create_engine(self.url, pool_size=self.options.pool_size, pre_ping=False)
+        self._engine = create_engine(
+            self.url, pool_size=self.options.pool_size, pre_ping=False, idle_txn_timeout_s=1.0
+        )
         self._state = _State.RUNNING
         self._write_atask = asyncio.create_task(self._write_loop(), name="alicia-storage-writer")
         self._spill_atask = asyncio.create_task(self._spill_loop(), name="alicia-storage-spill")
@@ -234,6 +240,8 @@ class StorageWriter:
         """Queue ``env`` and return at once (never blocks, never raises for the database)."""
         if self._state is not _State.RUNNING:
             raise RuntimeError(f"StorageWriter is {self._state.value}")
+        if self._fenced:
+            return
         body = env.body
         kind = type(body)
         turn = None
@@ -297,6 +305,8 @@ class StorageWriter:
         """Return once everything submitted so far is stored in the database (not only
         queued or spilled); with ``linger_s=0`` (failover) a batch goes out at once."""
         target = self._seq
+        if self._fenced:
+            raise Fenced("the conversation was taken over: nothing more is stored")
         if self._done_seq >= target:
             return
         if self._state is not _State.RUNNING:
@@ -319,33 +329,24 @@ class StorageWriter:
 
     async def load_conversation(self, conversation_id: str, *, limit: int) -> StoredConversation:
         """The conversation's last logged server stanza and its last ``limit`` turns."""
-        engine = await self._ready_engine()
-        async with (
-            asyncio.timeout(self.options.query_timeout_s * 5),
-            _mapped(),
-            engine.connect() as conn,
-        ):
+        async with self._reading(self.options.query_timeout_s * 5) as conn:
             return await load_conversation(conn, conversation_id, limit=limit)
 
     async def sent_after(self, conversation_id: str, after: int, *, limit: int) -> list[SentRecord]:
         """Logged server envelopes with ``|stanzaId| > after``, in order."""
-        engine = await self._ready_engine()
-        async with (
-            asyncio.timeout(self.options.query_timeout_s * 5),
-            _mapped(),
-            engine.connect() as conn,
-        ):
+        async with self._reading(self.options.query_timeout_s * 5) as conn:
             return await sent_after(conn, conversation_id, after, limit=limit)
 
     async def stored_message(self, message_id: str) -> StoredMessage | None:
         """The stored message with ``message_id`` (None: the id is free)."""
-        engine = await self._ready_engine()
-        async with (
-            asyncio.timeout(self.options.query_timeout_s),
-            _mapped(),
-            engine.connect() as conn,
-        ):
+        async with self._reading(self.options.query_timeout_s) as conn:
             return await stored_message(conn, message_id)
+
+    @contextlib.asynccontextmanager
+    async def _reading(self, timeout_s: float) -> AsyncIterator[AsyncConnection]:
+        engine = await self._ready_engine()
+        async with asyncio.timeout(timeout_s), _mapped(), engine.connect() as conn:
+            yield conn
 
     async def _ready_engine(self) -> AsyncEngine:
         if self._engine is None:
@@ -483,6 +484,9 @@ class StorageWriter:
         while True:
             try:
                 await self._write(items)
+            except Fenced as exc:
+                self._fence_lost(exc)
+                return True  # dropped: written by nobody
             except (StorageRejectedError, StepConflictError) as exc:
                 return await self._isolate(items, exc)
             except StorageError as exc:
@@ -509,6 +513,18 @@ class StorageWriter:
                 self.stats.batches += 1
                 return True
 
+    def _fence_lost(self, exc: Fenced) -> None:
+        """Drop what is queued and fail every :meth:`durable` caller (see ``fence``)."""
+        if not self._fenced:
+            logger.warning("storage fenced: another agent took the room over", exc_info=exc)
+        self._fenced = True
+        self._mem.clear()
+        self._mem_bytes = 0
+        for _, future in self._durable:
+            if not future.done():
+                future.set_exception(Fenced(str(exc)))
+        self._durable = []
+
     async def _isolate(self, items: list[Item], exc: Exception) -> bool:
         if len(items) == 1:
             await asyncio.to_thread(self._spill.dead_letter, items)
@@ -520,25 +536,6 @@ class StorageWriter:
             return True
         mid = len(items) // 2
         return await self._write_resilient(items[:mid]) and await self._write_resilient(items[mid:])
-
-    async def _write_steps(self, engine: AsyncEngine, rows: Rows) -> None:
-        # PostgreSQL fast path: one asyncpg transaction, no SQLAlchemy statements. The
-        # pool does not see driver errors here, so a failed connection is dropped by hand.
-        async with _mapped(), engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            apg: Any = raw.driver_connection
-            try:
-                async with apg.transaction():
-                    await self._dialect.write_steps(apg, rows)
-            except StepConflictError:
-                raise  # rolled back; the connection is fine
-            except BaseException as exc:
-                lost = not isinstance(exc, Exception) or isinstance(
-                    map_error(exc), StorageUnavailableError
-                )
-                if lost:
-                    await conn.invalidate()
-                raise
 
     async def _persist_inflight(self) -> None:
         """Keep a batch that could not be written on disk while it is retried."""
@@ -568,9 +565,10 @@ class StorageWriter:
         while True:
             try:
                 if not supersede and self._dialect.only_steps(rows):
-                    await self._write_steps(engine, rows)
+                    await write_steps_fenced(engine, self._dialect, rows, self.options.fence)
                 else:
                     async with _mapped(), engine.begin() as conn:
+                        await fence_check(conn, self.options.fence, postgres=self._postgres)
                         await self._dialect.write(conn, rows, supersede=supersede)
                 break
             except StepConflictError:

@@ -18,7 +18,16 @@ that an agent is gone. The workers can: each room's agent holds a lease row
   agent of ours that joined within the grace period (still claiming its lease);
 * then it removes the dead agent's participant (clients stop waiting for it) and asks
   LiveKit for a new one with AgentDispatchService ``CreateDispatch`` under the workers'
-  agent name; LiveKit picks the worker by load.
+  agent name; LiveKit picks the worker by load;
+* livekit-server still counts a stopped (SIGSTOP) worker as registered and may hand it
+  the job, waiting 10 s for its answer: when no agent of ours joined within
+  ``ALICIA_REDISPATCH_AFTER`` of a dispatch, the room is dispatched again at once (the
+  late agent, if the stalled worker wakes, finds the room claimed and leaves);
+* a dead lease of a room that no longer exists, or that has no client left, is deleted;
+* while the database is away, a room with clients and no agent of ours at all still gets
+  one (once per ``ALICIA_DISPATCH_GRACE`` per watcher); after the database was away, no
+  lease counts as stale until the workers had two heartbeat timeouts to renew them (an
+  outage never costs a live agent its room).
 
 It is stateless and may run more than once: the decision to dispatch is taken in the
 database (:meth:`~alicia.agent.storage.leases.Leases.begin_dispatch`: a per-room lock and a
@@ -32,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +59,10 @@ logger = logging.getLogger("alicia.watch")
 AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
 _AGENT: Final = api.ParticipantInfo.Kind.AGENT
 _STALE_EVERY_S: Final = 0.25
+_MAX_REDISPATCH: Final = 8
+_BLIND_KEEP: Final = 10_000
+"""Rooms remembered at most for dispatches decided without the database."""
+"""Dispatches replaced at most per room check (then the next check starts over)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +117,12 @@ class Watcher:
         self._pending: set[str] = set()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._following: dict[str, asyncio.Task[None]] = {}
+        """Rooms whose last dispatch is being followed (:meth:`_follow`)."""
+        self._blind: dict[str, float] = {}
+        """Loop time of each dispatch decided while the database was away, by room."""
+        self._db_back_at: float | None = -math.inf
+        """Loop time the database last answered after being away (None: away now)."""
 
     @property
     def lk(self) -> api.LiveKitAPI:
@@ -131,9 +151,10 @@ class Watcher:
 
     async def aclose(self) -> None:
         """Stop the loops and close the API client."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._following.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
         if self._lk is not None:
             await self._lk.aclose()
@@ -142,11 +163,23 @@ class Watcher:
     # -- loops ------------------------------------------------------------------------
 
     async def _stale_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(Exception):
+            try:
                 stale = await self.leases.stale(self.settings.heartbeat_timeout_s)
+            except Exception:
+                self._db_back_at = None  # away: leases look stale until renewed again
+            else:
+                if self._db_back_at is None:
+                    self._db_back_at = loop.time()
                 await asyncio.gather(*(self._check(lease.conversation_id) for lease in stale))
             await asyncio.sleep(_STALE_EVERY_S)
+
+    def _settling(self) -> bool:
+        """The database answered again less than two heartbeat timeouts ago (or not yet)."""
+        back = self._db_back_at
+        timeout = 2 * self.settings.heartbeat_timeout_s
+        return back is None or asyncio.get_running_loop().time() - back < timeout
 
     async def _poll_loop(self) -> None:
         while True:
@@ -186,7 +219,11 @@ class Watcher:
         s = self.settings
         try:
             view = await self._view(room)
-            lease = await self.leases.get(room)
+            try:
+                lease = await self.leases.get(room)
+            except Exception:
+                await self._dispatch_without_database(room, view)
+                return
             decision = decide(
                 view,
                 lease,
@@ -195,7 +232,11 @@ class Watcher:
                 grace_s=s.dispatch_grace_s,
             )
             if not decision.dispatch:
+                if decision.reason == "no client" and lease is not None:
+                    await self._forget(room)
                 return
+            if lease is not None and lease.agent_identity and self._settling():
+                return  # the database was away: the workers get to renew first
             if not await self.leases.begin_dispatch(
                 room, s.heartbeat_timeout_s, s.dispatch_grace_s
             ):
@@ -205,17 +246,75 @@ class Watcher:
                     await self.lk.room.remove_participant(
                         api.RoomParticipantIdentity(room=room, identity=identity)
                     )
-            await self.lk.agent_dispatch.create_dispatch(
-                api.CreateAgentDispatchRequest(agent_name=s.agent_name, room=room)
-            )
-            self.dispatches += 1
             removed = f", removed {', '.join(decision.remove)}" if decision.remove else ""
-            logger.info(
-                f"agent dispatched to {room} ({decision.reason}{removed})",
-                extra={"room": room, "reason": decision.reason, "removed": list(decision.remove)},
-            )
+            await self._dispatch(room, f"{decision.reason}{removed}")
         except api.TwirpError as exc:
-            if exc.code != api.TwirpErrorCode.NOT_FOUND:  # the room closed meanwhile
+            if exc.code == api.TwirpErrorCode.NOT_FOUND:  # the room is gone
+                await self._forget(room)
+            else:
                 logger.warning("room check failed", extra={"room": room, "error": str(exc)})
         except Exception:
             logger.exception("room check failed", extra={"room": room})
+
+    async def _dispatch(self, room: str, why: str, attempt: int = 0) -> None:
+        """Create a dispatch of our agent to ``room``, followed until a worker takes it."""
+        created = await self.lk.agent_dispatch.create_dispatch(
+            api.CreateAgentDispatchRequest(agent_name=self.settings.agent_name, room=room)
+        )
+        self.dispatches += 1
+        logger.info(
+            f"agent dispatched to {room} ({why})",
+            extra={"room": room, "reason": why, "attempt": attempt},
+        )
+        if attempt < _MAX_REDISPATCH and room not in self._following:
+            task = asyncio.create_task(self._follow(room, created.id, attempt))
+            self._following[room] = task
+            task.add_done_callback(self._followed)
+
+    async def _dispatch_without_database(self, room: str, view: RoomView) -> None:
+        """The database is away: a room with clients and no agent of ours at all still
+        gets one (it serves without failover guarantees until the database is back),
+        at most once per grace period from this watcher."""
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        if not view.clients or view.agents:
+            return
+        if loop.time() - self._blind.get(room, -math.inf) < s.dispatch_grace_s:
+            return
+        self._blind[room] = loop.time()
+        while len(self._blind) > _BLIND_KEEP:
+            del self._blind[next(iter(self._blind))]
+        await self._dispatch(room, "no agent; the database is away", _MAX_REDISPATCH)
+
+    def _followed(self, task: asyncio.Task[None]) -> None:
+        for room, t in list(self._following.items()):
+            if t is task:
+                del self._following[room]
+
+    async def _follow(self, room: str, dispatch_id: str, attempt: int) -> None:
+        """Dispatch again if no agent of ours joined in time (a stalled worker has the job;
+        a dispatch is never deleted: that would end a job a worker did take)."""
+        s = self.settings
+        try:
+            since = time.time()
+            await asyncio.sleep(s.redispatch_s)
+            view = await self._view(room)
+            if any(joined >= since - 1.0 for _, joined in view.agents) or not view.clients:
+                return  # an agent is joining (it claims the room), or nobody needs one
+            # Nobody claimed the room meanwhile: the decision is still ours to take.
+            if not await self.leases.begin_dispatch(room, s.heartbeat_timeout_s, 0.0):
+                return
+            self._following.pop(room, None)
+            why = f"no agent joined within {s.redispatch_s:g} s of dispatch {dispatch_id}"
+            await self._dispatch(room, why, attempt + 1)
+        except api.TwirpError:
+            return  # the room is gone
+        except Exception:
+            logger.exception("dispatch not followed", extra={"room": room})
+
+    async def _forget(self, room: str) -> None:
+        """Delete the dead lease of a room that is gone or has nobody to serve."""
+        s = self.settings
+        with contextlib.suppress(Exception):
+            if await self.leases.forget(room, s.heartbeat_timeout_s, s.dispatch_grace_s):
+                logger.info("dead lease removed", extra={"room": room})
