@@ -204,6 +204,15 @@ class Settings:
     agui_max_runs: int = 64
     """``ALICIA_AGUI_MAX_RUNS`` (default 64): AG-UI runs and room streams served at once by
     one process; more are answered with HTTP 503."""
+    agui_max_per_caller: int = 4
+    """``ALICIA_AGUI_MAX_PER_CALLER`` (default 4): AG-UI runs and room streams one caller
+    (token identity) may hold at once, together; more are answered with HTTP 429."""
+    agui_run_timeout_s: float = 300.0
+    """``ALICIA_AGUI_RUN_TIMEOUT`` (default 300): seconds an AG-UI run may take; then its
+    turn is stopped and the run ends with ``RUN_ERROR`` (code ``run_timeout``)."""
+    agui_write_timeout_s: float = 10.0
+    """``ALICIA_AGUI_WRITE_TIMEOUT`` (default 10): seconds an AG-UI stream waits for a
+    caller that stopped reading (its buffers full); then the stream is cut."""
     timing_meta: bool = False
     """``ALICIA_TIMING_META`` (default false): add ``meta.closedAtNs`` (``time.time_ns()``
     when the segmenter closed the step) to each ReasoningStep, for ``bench/latency.py``."""
@@ -278,6 +287,9 @@ class Settings:
             agui_host=r.text("ALICIA_AGUI_HOST", "127.0.0.1"),
             agui_port=r.integer("ALICIA_AGUI_PORT", 8090, low=0),
             agui_max_runs=r.integer("ALICIA_AGUI_MAX_RUNS", 64, low=1),
+            agui_max_per_caller=r.integer("ALICIA_AGUI_MAX_PER_CALLER", 4, low=1),
+            agui_run_timeout_s=r.number("ALICIA_AGUI_RUN_TIMEOUT", 300.0, low=0.1),
+            agui_write_timeout_s=r.number("ALICIA_AGUI_WRITE_TIMEOUT", 10.0, low=0.1),
         )
         if settings.failover and not (settings.database_url and settings.agent_name):
             raise SettingsError("ALICIA_FAILOVER needs DATABASE_URL and ALICIA_AGENT_NAME")

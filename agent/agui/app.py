@@ -12,7 +12,11 @@ Routes:
 Both streams need ``Authorization: Bearer <LiveKit access token>`` whose room grant is
 the thread (or room) and whose ``alicia.reasoning`` attribute is the caller's level
 (:mod:`.auth`); without a valid one the answer is HTTP 401 (403 for another room) and
-no stream. A body that is not a ``RunAgentInput`` gets HTTP 400 with the reasons.
+no stream. A body that is not a ``RunAgentInput`` gets HTTP 400 with the reasons, one
+over 4 MiB HTTP 413 while it is still arriving (:mod:`.sse`). A caller holds at most
+``ALICIA_AGUI_MAX_PER_CALLER`` streams at once (HTTP 429 beyond; :mod:`.limits`), a run
+lasts at most ``ALICIA_AGUI_RUN_TIMEOUT``, and a caller that stops reading is cut after
+``ALICIA_AGUI_WRITE_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from alicia.agent.engine.tools import default_tools
@@ -36,8 +40,10 @@ from alicia.agent.wiring import open_keys, open_llm, open_sink
 from alicia.client.tokens import valid_name
 
 from .auth import AuthError, Caller, TokenCheck, require_room
+from .limits import Kind, LimitError, Limits, Slot
 from .room import RoomEvents
 from .run import Runs, RunStream
+from .sse import AbortableApp, BodyTooLarge, EventResponse, read_body
 
 __all__ = ["AguiService", "create_app"]
 
@@ -48,8 +54,10 @@ MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 _SSE_HEADERS: Final = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(status: int, message: str, *, close: bool = False) -> JSONResponse:
     headers = {"Cache-Control": "no-store"}
+    if close:  # the rest of the request is not read: the connection cannot be reused
+        headers["Connection"] = "close"
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -66,6 +74,9 @@ class AguiService:
         )
         self._runs: Runs | None = None
         self.rooms = RoomEvents(settings)
+        self.limits = Limits(
+            per_caller=settings.agui_max_per_caller, per_kind=settings.agui_max_runs
+        )
         self.encoder = EventEncoder()
 
     @property
@@ -112,15 +123,44 @@ class AguiService:
         require_room(caller, room)
         return caller
 
+    def _slot(self, caller: Caller, kind: Kind) -> Slot | JSONResponse:
+        try:
+            return self.limits.take(caller.identity, kind)
+        except LimitError as exc:
+            return _error(exc.status, str(exc))
+
+    def _respond(self, events: AsyncIterator[str], slot: Slot) -> Response:
+        return EventResponse(
+            events,
+            slot=slot,
+            write_timeout_s=self.settings.agui_write_timeout_s,
+            media_type=self.encoder.get_content_type(),
+            headers=_SSE_HEADERS,
+        )
+
     async def run(self, request: Request) -> Response:
         """``POST /agui``: one run as an SSE stream."""
         try:
-            self.check.caller(request.headers.get("authorization"))
+            who = self.check.caller(request.headers.get("authorization"))
         except AuthError as exc:
             return _error(exc.status, str(exc))
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            return _error(413, f"the run input is over {MAX_BODY_BYTES} bytes")
+        slot = self._slot(who, "run")  # before the body is read: uploads count too
+        if not isinstance(slot, Slot):
+            return slot
+        try:
+            response = await self._run(request, slot)
+        except BaseException:
+            slot.release()
+            raise
+        if not isinstance(response, EventResponse):
+            slot.release()
+        return response
+
+    async def _run(self, request: Request, slot: Slot) -> Response:
+        try:
+            body = await read_body(request, MAX_BODY_BYTES)
+        except BodyTooLarge as exc:
+            return _error(exc.status, str(exc), close=True)
         try:
             run = RunAgentInput.model_validate_json(body)
         except ValidationError as exc:
@@ -131,15 +171,11 @@ class AguiService:
             caller = self._caller(request, run.thread_id)
         except AuthError as exc:
             return _error(exc.status, str(exc))
-        if self.runs.busy:
-            return _error(503, "too many runs at once; try again")
         refused = await self.runs.claim(caller, run)
         if refused is not None:
             return _error(403, refused)
-        stream = self.runs.start(caller, run)
-        return StreamingResponse(
-            self._sse(stream), media_type=self.encoder.get_content_type(), headers=_SSE_HEADERS
-        )
+        stream = self.runs.start(caller, run, slot)
+        return self._respond(self._sse(stream), slot)
 
     async def _sse(self, stream: RunStream) -> AsyncIterator[str]:
         try:
@@ -155,14 +191,15 @@ class AguiService:
             caller = self._caller(request, room)
         except AuthError as exc:
             return _error(exc.status, str(exc))
-        if self.rooms.busy:
-            return _error(503, "too many room streams at once; try again")
-        events = self.rooms.stream(caller)
-        return StreamingResponse(
-            (self.encoder.encode(e) async for e in events),
-            media_type=self.encoder.get_content_type(),
-            headers=_SSE_HEADERS,
-        )
+        slot = self._slot(caller, "room")  # counted from now, before LiveKit is joined
+        if not isinstance(slot, Slot):
+            return slot
+        return self._respond(self._room_sse(caller), slot)
+
+    async def _room_sse(self, caller: Caller) -> AsyncIterator[str]:
+        async with contextlib.aclosing(self.rooms.stream(caller)) as events:
+            async for event in events:
+                yield self.encoder.encode(event)
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -174,4 +211,4 @@ def create_app(settings: Settings) -> Starlette:
         async with service.lifespan():
             yield
 
-    return Starlette(routes=service.routes, lifespan=lifespan)
+    return AbortableApp(routes=service.routes, lifespan=lifespan)

@@ -216,18 +216,12 @@ class NamedAgentTrust(AgentTrust):
 
 
 class RoomEvents:
-    """Every live room stream of one process (bounded by ``ALICIA_AGUI_MAX_RUNS``)."""
+    """Every live room stream of one process (counted by :mod:`.limits`)."""
 
     def __init__(self, settings: Settings) -> None:
         """Streams start with :meth:`stream`."""
         self.settings = settings
-        self.open = 0
         self._closing = asyncio.Event()
-
-    @property
-    def busy(self) -> bool:
-        """As many room streams as ``ALICIA_AGUI_MAX_RUNS`` are open."""
-        return self.open >= self.settings.agui_max_runs
 
     async def aclose(self) -> None:
         """End every open stream (the server is stopping)."""
@@ -258,7 +252,6 @@ class RoomEvents:
         """The room of ``caller``'s token as AG-UI events, until the room or caller ends."""
         from alicia.client.session import ClientError, ClientSession
 
-        self.open += 1
         queue: asyncio.Queue[list[BaseEvent] | None] = asyncio.Queue(_QUEUE)
         view = RoomProjection()
         session = ClientSession(show_reasoning=caller.level != "none", device="agui")
@@ -318,6 +311,5 @@ class RoomEvents:
                 yield event
             yield RunFinishedEvent(thread_id=caller.room, run_id=run_id)
         finally:
-            self.open -= 1
             with contextlib.suppress(Exception):
                 await session.aclose()

@@ -5,7 +5,10 @@ same protocol session (storage, keys, ZDR) as a room, and the events for one cal
 client, the tools) and every run's task. :meth:`Runs.start` returns a :class:`RunStream`:
 the run's AG-UI events, fed by the run's own task through a bounded queue. When the
 caller goes away the stream is closed: the turn is stopped at once and still ends
-properly (its answer stored, marked partial), so nothing is lost and nothing hangs.
+properly (its answer stored, marked partial), so nothing is lost and nothing hangs. A
+run that outlasts ``ALICIA_AGUI_RUN_TIMEOUT`` is stopped the same way and ends with
+``RUN_ERROR`` (code ``run_timeout``) instead of ``RUN_FINISHED``; one whose turn does not
+close within a grace period after that is cancelled.
 
 Storage is the worker's: the run serves its turn through a
 :class:`~alicia.agent.engine.session.ProtocolSession` for the thread (conversation id =
@@ -24,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
 import openai
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunStartedEvent
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, RunFinishedEvent, RunStartedEvent
 from ag_ui.core import UserMessage as Question
 
 from alicia.agent.engine.keeper import Keeper
@@ -41,6 +44,7 @@ from alicia.protocol import ids as id_prefix
 
 from .auth import Caller
 from .history import RejectedInput, read_messages
+from .limits import Slot
 from .projection import AguiProjection
 
 __all__ = ["RunStream", "Runs"]
@@ -68,13 +72,24 @@ class RunStream:
         self._turn: Turn | None = None
         self.gone = False
         """The caller went away: events are dropped, the turn is stopped."""
+        self.expired = False
+        """The run's deadline passed: the turn is stopped, the run ends with RUN_ERROR."""
+        self.ended = False
+        """The run's last event (RUN_FINISHED or RUN_ERROR) was queued."""
 
     async def put(self, events: Sequence[BaseEvent]) -> None:
         """Queue ``events`` for the caller (waits while the caller is behind)."""
         for event in events:
-            if self.gone:
+            if self.gone or self.ended:
                 return
+            self.ended = isinstance(event, RunFinishedEvent | RunErrorEvent)
             await self._queue.put(event)
+
+    def expire(self) -> None:
+        """The run's deadline passed: stop its turn (the run then ends with RUN_ERROR)."""
+        self.expired = True
+        if self._turn is not None:
+            self._turn.stop()
 
     def finish(self) -> None:
         """No more events."""
@@ -169,11 +184,6 @@ class Runs:
         self._asked: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """question id -> (thread, caller) of the runs this process served lately."""
 
-    @property
-    def busy(self) -> bool:
-        """As many runs as ``ALICIA_AGUI_MAX_RUNS`` are being served."""
-        return len(self.tasks) >= self.settings.agui_max_runs
-
     async def claim(self, caller: Caller, run: RunAgentInput) -> str | None:
         """Why ``caller`` may not ask under the run's question id (None: it may). An id is
         its first asker's, in its thread: another caller's (or another thread's, or an
@@ -196,12 +206,15 @@ class Runs:
             self._asked.popitem(last=False)
         return None
 
-    def start(self, caller: Caller, run: RunAgentInput) -> RunStream:
-        """Start serving ``run`` for ``caller``; its events arrive on the returned stream."""
+    def start(self, caller: Caller, run: RunAgentInput, slot: Slot) -> RunStream:
+        """Start serving ``run`` for ``caller``; its events arrive on the returned stream.
+        The run's task holds ``slot`` too, until its turn has closed."""
         stream = RunStream()
         task = asyncio.create_task(self._serve(stream, caller, run), name="alicia-agui-run")
+        slot.hold()
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda _: slot.release())
         return stream
 
     async def aclose(self) -> None:
@@ -215,13 +228,24 @@ class Runs:
         await asyncio.gather(*pending, return_exceptions=True)
 
     async def _serve(self, stream: RunStream, caller: Caller, run: RunAgentInput) -> None:
+        limit = self.settings.agui_run_timeout_s
+        deadline = asyncio.get_running_loop().call_later(limit, stream.expire)
         try:
             await stream.put([RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id)])
-            await self._turn(stream, caller, run)
+            try:
+                async with asyncio.timeout(limit + _STOP_GRACE_S) as hard:
+                    await self._turn(stream, caller, run)
+            except TimeoutError:
+                if not hard.expired():
+                    raise
+                logger.warning("agui run cancelled: its turn outlived the deadline")
+            if stream.expired:  # unless its turn ended the run already
+                await stream.put([_timed_out(limit)])
         except Exception:
             logger.exception("agui run failed", extra={"thread": run.thread_id})
             await stream.put([RunErrorEvent(message="the run failed inside the server")])
         finally:
+            deadline.cancel()
             stream.finish()
 
     async def _turn(self, stream: RunStream, caller: Caller, run: RunAgentInput) -> None:
@@ -288,7 +312,7 @@ class Runs:
                 keeper=keeper,
             )
             stream._turn = turn
-            if stream.gone:
+            if stream.gone or stream.expired:
                 turn.stop()
             request = TurnRequest(prompt.user_id, prompt.text, caller.identity)
             projection = session.open_turn(request, answer_id, stop=turn.stop)
@@ -305,7 +329,14 @@ class Runs:
                 async with contextlib.aclosing(turn.events()) as events:
                     async for event in events:
                         await projection.emit(event)
-                        await stream.put(view.feed(event))
+                        out = view.feed(event)
+                        if stream.expired:  # the deadline stopped the turn: not finished
+                            limit = self.settings.agui_run_timeout_s
+                            out = [
+                                _timed_out(limit) if isinstance(e, RunFinishedEvent) else e
+                                for e in out
+                            ]
+                        await stream.put(out)
             finally:
                 if not projection.ended:
                     session.close_turn(projection, None)
@@ -318,3 +349,10 @@ class Runs:
         self._marks.move_to_end(thread)
         while len(self._marks) > _THREADS:
             self._marks.popitem(last=False)
+
+
+def _timed_out(limit: float) -> RunErrorEvent:
+    return RunErrorEvent(
+        message=f"the run took longer than {limit:g} s (ALICIA_AGUI_RUN_TIMEOUT)",
+        code="run_timeout",
+    )

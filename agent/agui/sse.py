@@ -1,0 +1,132 @@
+"""The HTTP side of an AG-UI stream: the request body read with a limit, and the SSE
+response written with a deadline.
+
+* :func:`read_body` reads a request body as it arrives and stops at the limit
+  (:class:`BodyTooLarge`), so a huge body is refused without being buffered; a
+  ``Content-Length`` over the limit is refused before anything is read.
+* :class:`EventResponse` streams the events and frees the stream's
+  :class:`~.limits.Slot` when the response ends, however it ends. Every write must be
+  taken by the connection within ``ALICIA_AGUI_WRITE_TIMEOUT``: a caller that stops
+  reading fills the server's buffers (bounded: the run's queue, the connection's write
+  buffer), then its stream is cut and its slot freed. Under ``python -m
+  alicia.agent.agui`` the connection is aborted at once (:class:`AbortableApp`); under
+  another server it is closed once its buffer drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Final
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from .limits import Slot
+
+__all__ = ["AbortableApp", "BodyTooLarge", "EventResponse", "ReaderStalled", "read_body"]
+
+logger = logging.getLogger("alicia.agui")
+
+ABORT: Final = "alicia.abort"
+"""Scope key of the connection's abort callable, when the server exposes its transport."""
+
+
+class BodyTooLarge(Exception):
+    """The request body is over the limit (HTTP 413)."""
+
+    status = 413
+
+
+class ReaderStalled(Exception):
+    """The caller took no event within the write deadline: the stream is cut."""
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, read as it arrives; :class:`BodyTooLarge` once over ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"the run input is over {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BodyTooLarge(f"the run input is over {limit} bytes")
+    return bytes(body)
+
+
+class EventResponse(StreamingResponse):
+    """An SSE response that holds ``slot`` while it lasts and cuts a caller that stops
+    reading (see the module docstring)."""
+
+    def __init__(
+        self,
+        events: AsyncIterator[str],
+        *,
+        slot: Slot,
+        write_timeout_s: float,
+        media_type: str,
+        headers: Mapping[str, str],
+    ) -> None:
+        """``events``: the encoded events (closed when the response ends)."""
+        super().__init__(events, media_type=media_type, headers=headers)
+        self._events = events
+        self.slot = slot
+        self.write_timeout_s = write_timeout_s
+        self.stalled = False
+
+    async def stream_response(self, send: Send) -> None:
+        """Send every event, each taken by the connection within the write deadline."""
+
+        async def timed(message: Message) -> None:
+            try:
+                async with asyncio.timeout(self.write_timeout_s):
+                    await send(message)
+            except TimeoutError:
+                raise ReaderStalled from None
+
+        await super().stream_response(timed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve the stream; free the slot when it ends, and cut a stalled caller."""
+        try:
+            await super().__call__(scope, receive, send)
+        except ReaderStalled:
+            self.stalled = True
+            logger.warning(
+                "agui stream cut: the caller stopped reading",
+                extra={"caller": self.slot.identity, "kind": self.slot.kind},
+            )
+            abort: Callable[[], None] | None = scope.get(ABORT)
+            if abort is not None:
+                abort()
+                await asyncio.sleep(0)  # the server sees the connection gone
+        finally:
+            with contextlib.suppress(Exception):
+                await self._aclose_events()
+            self.slot.release()
+
+    async def _aclose_events(self) -> None:
+        aclose: Callable[[], object] | None = getattr(self._events, "aclose", None)
+        if aclose is not None:
+            result = aclose()
+            if asyncio.iscoroutine(result):
+                await result
+
+
+class AbortableApp(Starlette):
+    """A Starlette app that lets :class:`EventResponse` abort a stalled connection: it
+    puts the connection's ``abort`` in the scope when the server's ``send`` exposes its
+    transport (uvicorn's does)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request (or the lifespan)."""
+        if scope["type"] == "http":
+            transport = getattr(getattr(send, "__self__", None), "transport", None)
+            if isinstance(transport, asyncio.Transport):
+                scope[ABORT] = transport.abort
+        await super().__call__(scope, receive, send)
