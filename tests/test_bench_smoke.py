@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from openai import AsyncOpenAI
@@ -54,6 +54,69 @@ def test_benchmark_ends_with_its_result_line(
     last = done.stdout.strip().splitlines()[-1]
     pattern = "RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys)
     assert re.fullmatch(pattern, last), last
+
+
+TINY: Final = [
+    (
+        "bench/codec.py",
+        ["--n", "50", "--repeat", "1"],
+        ("encode_vs_raw", "decode_vs_raw", "encode_vs_json", "decode_vs_json"),
+    ),
+    (
+        "bench/latency.py",
+        ["--steps", "20", "--rate", "50"],
+        ("raw_p50_ms", "raw_p99_ms", "added_p50_ms", "added_p99_ms"),
+    ),
+    (
+        "bench/storage.py",
+        ["--n", "2000", "--naive-n", "200", "--repeat", "1", "--rounds", "2", "--per-round", "20"],
+        (
+            "writer_steps_per_s",
+            "naive_steps_per_s",
+            "copy_steps_per_s",
+            "writer_vs_copy",
+            "p99_on_vs_off",
+        ),
+    ),
+    (
+        "bench/failover.py",
+        ["--rooms", "2"],
+        ("rooms", "takeover_p50_s", "takeover_max_s", "gaps", "duplicates"),
+    ),
+    (
+        "bench/failover.py",
+        ["--rooms", "2", "--stall", "--stall-s", "4"],
+        (
+            "rooms",
+            "takeover_p50_s",
+            "takeover_max_s",
+            "gaps",
+            "duplicates",
+            "stale_envelopes",
+            "stale_rows",
+        ),
+    ),
+]
+"""Benchmarks against the real servers with tiny parameters (a migration or an API change
+that breaks one fails here, not silently)."""
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "keys"), TINY, ids=[" ".join([s, *a]) for s, a, _ in TINY]
+)
+def test_the_server_benchmarks_run_with_tiny_parameters(
+    script: str, args: list[str], keys: tuple[str, ...], tmp_path: Path
+) -> None:
+    last = _last_line(script, args, tmp_path, 400)
+    assert re.fullmatch(_result(keys), last), last
+
+
+def test_every_benchmark_script_is_run_by_this_module() -> None:
+    """A new script in bench/ gets a smoke run here, or this fails."""
+    here = Path(__file__).read_text()
+    names = sorted(p.name for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
+    missing = [n for n in names if f'"bench/{n}"' not in here and f'"{n}"' not in here]
+    assert names and missing == []
 
 
 def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ watcher as a process, the recorded LLM streaming slowly enough to be cut mid-tur
   is what is stored, the cut turn is closed (partial, with a recoverable 503), and a new
   turn works everywhere; the same with the watcher killed and restarted meanwhile;
 * a client that missed more than the in-memory ring resumes from the database;
-* SIGTERM during a turn: the turn completes, the worker exits 0, the room gets a new agent;
+* SIGTERM during a turn longer than livekit-agents' drain timeout: the turn completes
+  (within ``ALICIA_DRAIN_TURN_TIMEOUT``), the worker exits 0, the room gets a new agent;
 * a standard participant joining under the agent's identity pushes the agent out
   (livekit-server's duplicate identity rule): nothing it sends is trusted, and the room
   gets an agent back.
@@ -258,7 +259,7 @@ async def test_sigterm_during_a_turn_finishes_it_and_the_room_moves(
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "drain")
-    env = worker_env(url)
+    env = worker_env(url, ALICIA_DRAIN_TURN_TIMEOUT="90")  # the turn: about 35 s
     spec = llm.spec(STREAM)
     async with contextlib.AsyncExitStack() as stack:
         watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
@@ -271,6 +272,9 @@ async def test_sigterm_during_a_turn_finishes_it_and_the_room_moves(
         answer = _answers(client)[client.of(StartAnswer)[-1].id]
         assert answer.split() == spec.answer.split()  # the running turn completed
         assert await asyncio.wait_for(first.proc.wait(), 60) == 0
+        # Its own drain let the turn finish, not livekit-agents' (--drain-timeout 2).
+        drained = first.log(tail=10**7)
+        assert "leaving a drained room" in drained and "drain timed out" not in drained
         async with asyncio.timeout(30):
             while client.agent == old or not client.resumed:
                 await asyncio.sleep(0.1)

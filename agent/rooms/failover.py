@@ -28,14 +28,23 @@ import os
 import secrets
 import socket
 import threading
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
+
+from livekit.agents import AgentServer
+from livekit.agents.types import NOT_GIVEN, NotGivenOr
+from livekit.agents.utils import is_given
 
 from alicia.agent.storage.leases import Fence, Leases
 
-if TYPE_CHECKING:
-    from livekit.agents import AgentServer
-
-__all__ = ["DRAINING", "Hold", "LeaseKeeper", "lease_keeper", "wait_draining", "watch_drain"]
+__all__ = [
+    "DRAINING",
+    "DrainingServer",
+    "Hold",
+    "LeaseKeeper",
+    "lease_keeper",
+    "wait_draining",
+    "watch_drain",
+]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -225,19 +234,28 @@ DRAIN_LEAVE_S: Final = 10
 """Time a drained room has, past its turns, to release its lease and leave."""
 
 
-def watch_drain(server: AgentServer, turn_timeout_s: float) -> None:
-    """Set :data:`DRAINING` when ``server`` starts draining (call on ``worker_started``),
-    and make livekit-agents' drain wait for turns of up to ``turn_timeout_s``."""
-    needed = math.ceil(turn_timeout_s) + DRAIN_LEAVE_S
-    # livekit-agents 1.8 keeps it here (set by --drain-timeout) and offers no getter.
-    current = getattr(server, "_drain_timeout", None)
-    if not isinstance(current, int) or 0 < current < needed:
-        server.update_options(drain_timeout=needed)
-        if isinstance(current, int):
+class DrainingServer(AgentServer):
+    """An AgentServer whose drain timeout (``--drain-timeout``) never cuts a running
+    turn short: it is at least ``ALICIA_DRAIN_TURN_TIMEOUT`` + :data:`DRAIN_LEAVE_S`."""
+
+    def __init__(self, *args: Any, turn_timeout_s: float, **kwargs: Any) -> None:
+        """``AgentServer``'s arguments, and the longest a drained turn may run."""
+        self.min_drain_s = math.ceil(turn_timeout_s) + DRAIN_LEAVE_S
+        super().__init__(*args, **kwargs)
+
+    def update_options(self, *, drain_timeout: NotGivenOr[int] = NOT_GIVEN, **kwargs: Any) -> None:
+        """``AgentServer.update_options``, with ``drain_timeout`` raised to the minimum."""
+        if is_given(drain_timeout) and drain_timeout < self.min_drain_s:
             logger.info(
                 "drain timeout raised to cover ALICIA_DRAIN_TURN_TIMEOUT",
-                extra={"from_s": current, "to_s": needed},
+                extra={"from_s": drain_timeout, "to_s": self.min_drain_s},
             )
+            drain_timeout = self.min_drain_s
+        super().update_options(drain_timeout=drain_timeout, **kwargs)
+
+
+def watch_drain(server: AgentServer) -> None:
+    """Set :data:`DRAINING` when ``server`` starts draining (call on ``worker_started``)."""
 
     async def watch() -> None:
         while not server.draining:  # noqa: ASYNC110 - livekit-agents offers no drain event

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final
 
 from livekit import api, rtc
 from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
@@ -28,7 +28,7 @@ from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 
-from .failover import Hold, lease_keeper, wait_draining, watch_drain
+from .failover import DrainingServer, Hold, lease_keeper, wait_draining, watch_drain
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
@@ -81,12 +81,16 @@ def build_server(settings: Settings) -> AgentServer:
         from alicia.agent.speech import register_plugins
 
         register_plugins()  # on this (main) thread, before any job thread starts
-    server = AgentServer(
+    options: dict[str, Any] = {}
+    if settings.failover:
+        options["turn_timeout_s"] = settings.drain_turn_timeout_s
+    server = (DrainingServer if settings.failover else AgentServer)(
         ws_url=settings.livekit_url,
         api_key=settings.livekit_api_key,
         api_secret=settings.livekit_api_secret,
         job_executor_type=JobExecutorType(settings.job_executor),
         port=settings.http_port,
+        **options,
     )
     if settings.max_rooms is not None:
         server.load_fnc = functools.partial(_room_load, max_rooms=settings.max_rooms)
@@ -107,8 +111,7 @@ def build_server(settings: Settings) -> AgentServer:
     # Logged once the command line has set logging up.
     server.on("worker_started", lambda: logger.info("llm provider profile", extra=chosen))
     if settings.failover:
-        turns_s = settings.drain_turn_timeout_s
-        server.on("worker_started", lambda: watch_drain(server, turns_s))
+        server.on("worker_started", lambda: watch_drain(server))
     return server
 
 
