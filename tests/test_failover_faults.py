@@ -9,7 +9,9 @@ dead leases. Real livekit-server, Postgres, workers and watcher processes.
 * Postgres stopped for 5 s while rooms are served and a new room starts: the new room
   gets its agent, no live agent is removed or replaced when the database is back;
 * lease times come from the database clock; ``release`` removes only its own entry; the
-  watcher deletes dead leases of rooms that are gone.
+  watcher deletes dead leases of rooms that are gone;
+* a webhook body over the limit is refused (413) while it is still being sent, before
+  any signature check.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -270,3 +274,43 @@ async def test_the_watcher_deletes_dead_leases_of_rooms_that_are_gone(
             assert "dead lease removed" in watcher.log()
     finally:
         await leases.aclose()
+
+
+def _upload_until_answered(port: int, total: int) -> tuple[int, bytes]:
+    """POST a chunked ``total``-byte body to the watcher until it answers; (bytes sent,
+    the answer's first bytes)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    head = (
+        "POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/webhook+json"
+        "\r\nAuthorization: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    piece = b"{" + b" " * (65536 - 1)
+    sent = 0
+    try:
+        sock.sendall(head.encode())
+        while sent < total:
+            readable, writable, _ = select.select([sock], [sock], [], 10)
+            if readable or not writable:
+                break
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+            except OSError:  # answered and closed
+                break
+            sent += len(piece)
+        return sent, sock.recv(4096)
+    finally:
+        sock.close()
+
+
+async def test_a_webhook_body_over_the_limit_is_refused_while_it_is_read(
+    livekit: LiveKitServer,
+    postgres_server: PostgresServer,
+    watch_port: int,
+    tmp_path: Path,
+) -> None:
+    url = await new_database("postgres", postgres_server, tmp_path, "hook")
+    async with running_watcher(livekit, url, port=watch_port) as watcher:
+        sent, answer = await asyncio.to_thread(_upload_until_answered, watch_port, 64 << 20)
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        assert sent < 8 << 20, f"the watcher read {sent} bytes before answering"
+        assert "webhook refused" in watcher.log()

@@ -13,10 +13,10 @@ Both streams need ``Authorization: Bearer <LiveKit access token>`` whose room gr
 the thread (or room) and whose ``alicia.reasoning`` attribute is the caller's level
 (:mod:`.auth`); without a valid one the answer is HTTP 401 (403 for another room) and
 no stream. A body that is not a ``RunAgentInput`` gets HTTP 400 with the reasons, one
-over 4 MiB HTTP 413 while it is still arriving (:mod:`.sse`). A caller holds at most
-``ALICIA_AGUI_MAX_PER_CALLER`` streams at once (HTTP 429 beyond; :mod:`.limits`), a run
-lasts at most ``ALICIA_AGUI_RUN_TIMEOUT``, and a caller that stops reading is cut after
-``ALICIA_AGUI_WRITE_TIMEOUT``.
+over 4 MiB HTTP 413 while it is still arriving (:mod:`alicia.agent.bodies`). A caller
+holds at most ``ALICIA_AGUI_MAX_PER_CALLER`` streams at once (HTTP 429 beyond;
+:mod:`.limits`), a run lasts at most ``ALICIA_AGUI_RUN_TIMEOUT``, and a caller that stops
+reading is cut after ``ALICIA_AGUI_WRITE_TIMEOUT``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from alicia.agent.bodies import BodyTooLarge, read_body
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.settings import Settings
 from alicia.agent.wiring import open_keys, open_llm, open_sink
@@ -43,7 +44,7 @@ from .auth import AuthError, Caller, TokenCheck, require_room
 from .limits import Kind, LimitError, Limits, Slot
 from .room import RoomEvents
 from .run import Runs, RunStream
-from .sse import AbortableApp, BodyTooLarge, EventResponse, read_body
+from .sse import AbortableApp, EventResponse
 
 __all__ = ["AguiService", "create_app"]
 
@@ -158,7 +159,7 @@ class AguiService:
 
     async def _run(self, request: Request, slot: Slot) -> Response:
         try:
-            body = await read_body(request, MAX_BODY_BYTES)
+            body = await read_body(request, MAX_BODY_BYTES, "the run input")
         except BodyTooLarge as exc:
             return _error(exc.status, str(exc), close=True)
         try:

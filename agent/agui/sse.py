@@ -1,9 +1,6 @@
-"""The HTTP side of an AG-UI stream: the request body read with a limit, and the SSE
-response written with a deadline.
+"""The HTTP side of an AG-UI stream: the SSE response written with a deadline (the
+request body is read with a limit by :mod:`alicia.agent.bodies`).
 
-* :func:`read_body` reads a request body as it arrives and stops at the limit
-  (:class:`BodyTooLarge`), so a huge body is refused without being buffered; a
-  ``Content-Length`` over the limit is refused before anything is read.
 * :class:`EventResponse` streams the events and frees the stream's
   :class:`~.limits.Slot` when the response ends, however it ends. Every write must be
   taken by the connection within ``ALICIA_AGUI_WRITE_TIMEOUT``: a caller that stops
@@ -22,13 +19,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
 from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from .limits import Slot
 
-__all__ = ["AbortableApp", "BodyTooLarge", "EventResponse", "ReaderStalled", "read_body"]
+__all__ = ["AbortableApp", "EventResponse", "ReaderStalled"]
 
 logger = logging.getLogger("alicia.agui")
 
@@ -36,27 +32,8 @@ ABORT: Final = "alicia.abort"
 """Scope key of the connection's abort callable, when the server exposes its transport."""
 
 
-class BodyTooLarge(Exception):
-    """The request body is over the limit (HTTP 413)."""
-
-    status = 413
-
-
 class ReaderStalled(Exception):
     """The caller took no event within the write deadline: the stream is cut."""
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, read as it arrives; :class:`BodyTooLarge` once over ``limit``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"the run input is over {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise BodyTooLarge(f"the run input is over {limit} bytes")
-    return bytes(body)
 
 
 class EventResponse(StreamingResponse):

@@ -2,7 +2,9 @@
 
 Routes: ``POST /webhook`` (livekit-server's ``webhook.urls``; the body's SHA-256 must
 match the signed token in ``Authorization``, checked with ``livekit-api``'s
-``WebhookReceiver``; anything else is 401 and ignored) and ``GET /healthz``.
+``WebhookReceiver``; anything else is 401 and ignored) and ``GET /healthz``. The body
+is read with a limit (:data:`WEBHOOK_MAX_BYTES`) as it arrives, before the signature is
+checked: a larger one is 413 and never buffered.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Final
 
 from livekit import api
 from starlette.applications import Starlette
@@ -17,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from alicia.agent.bodies import BodyTooLarge, read_body
 from alicia.agent.settings import WatchSettings
 from alicia.agent.storage.leases import Leases
 
@@ -26,6 +30,8 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("alicia.watch")
 
+WEBHOOK_MAX_BYTES: Final = 1024 * 1024
+"""Largest webhook body read (livekit-server's are a few kilobytes)."""
 _ROOM_EVENTS = frozenset({"room_started", "participant_joined", "participant_left"})
 
 
@@ -38,7 +44,12 @@ def create_app(settings: WatchSettings) -> Starlette:
     )
 
     async def webhook(request: Request) -> Response:
-        body = (await request.body()).decode("utf-8", "replace")
+        try:
+            raw = await read_body(request, WEBHOOK_MAX_BYTES, "the webhook body")
+        except BodyTooLarge as exc:
+            logger.warning("webhook refused", extra={"error": str(exc)})
+            return PlainTextResponse(str(exc), status_code=413, headers={"connection": "close"})
+        body = raw.decode("utf-8", "replace")
         try:
             event = receiver.receive(body, request.headers.get("authorization", ""))
         except Exception as exc:  # a bad signature, a stale token, not JSON: ignored
