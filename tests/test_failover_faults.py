@@ -39,7 +39,7 @@ from alicia.agent.storage.engine import create_engine
 from alicia.agent.storage.leases import Leases
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
-from alicia.protocol import ErrorMessage, decode, new_id
+from alicia.protocol import ErrorMessage, ReasoningStep, decode, new_id
 from tests.failover_helpers import following_client, rooms_mid_turn, running_watcher
 from tests.worker_proc import running_worker
 
@@ -156,6 +156,9 @@ async def test_a_postgres_outage_costs_no_room_its_agent(
             await client.handshake()
             served.append(client)
         agents = [c.agent for c in served]
+        llm.script(STREAM)
+        busy = await served[0].ask(spec.user)  # mid-turn through the outage
+        await served[0].wait_for(ReasoningStep, within=30)
         await asyncio.to_thread(postgres_server.pause)
         try:
             late_room = new_id("conv")
@@ -171,6 +174,8 @@ async def test_a_postgres_outage_costs_no_room_its_agent(
         for c in served:  # one dispatch each: the first
             assert watcher.log().count(f"dispatched to {c.conversation_id}") == 1, watcher.log()
         assert "serving without failover" in worker.log(tail=10**7)
+        await served[0].wait_turn_end(busy, within=60)  # the turn went on, by the same agent
+        assert not [b for b in served[0].of(ErrorMessage) if b.originating_id == busy]
         async with asyncio.timeout(10):
             while (await Leases(url).get(late_room)) is None:
                 await asyncio.sleep(0.2)  # claimed once the database answers
@@ -254,6 +259,26 @@ async def test_a_stalled_loop_sends_nothing_until_its_lease_is_confirmed(
     finally:
         await keeper.leases.aclose()
     assert failover.WORKER_ID
+
+
+async def test_dispatch_marks_nobody_claimed_are_swept(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    url = await new_database("postgres", postgres_server, tmp_path, "sweep")
+    leases = Leases(url)
+    try:
+        assert await leases.begin_dispatch("room-failed", 1.5, 10.0)
+        assert await leases.begin_dispatch("room-fresh", 1.5, 10.0)
+        await execute(
+            url,
+            "UPDATE alicia_agents SET dispatched_at = dispatched_at - 500 "
+            "WHERE conversation_id = 'room-failed'",
+        )
+        assert await leases.sweep(100.0) == 1
+        assert await leases.get("room-failed") is None
+        assert await leases.get("room-fresh") is not None
+    finally:
+        await leases.aclose()
 
 
 async def test_the_watcher_deletes_dead_leases_of_rooms_that_are_gone(

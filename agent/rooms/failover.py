@@ -147,9 +147,10 @@ class LeaseKeeper:
         return asyncio.get_running_loop().time() - self._ticked > self.timeout_s
 
     async def beat_now(self) -> None:
-        """Renew at once (bounded by the timeout): confirms or loses every hold."""
+        """Renew at once (bounded by half the timeout, so the heartbeat loop turns well
+        within it even while the database does not answer): confirms or loses every hold."""
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(self.timeout_s / 2):
                 await self._beat()
 
     async def _beat_loop(self) -> None:

@@ -249,6 +249,18 @@ class Leases:
             result = await conn.execute(statement)
         return bool(result.rowcount)
 
+    async def sweep(self, older_than_s: float) -> int:
+        """Delete dispatch marks no agent ever claimed, older than ``older_than_s`` (a
+        dispatch that failed in a room that is gone); how many."""
+        engine = await self._ready()
+        c = LEASES.c
+        statement = delete(LEASES).where(
+            c.agent_identity.is_(None), c.dispatched_at < self._now - older_than_s
+        )
+        async with _mapped(), engine.begin() as conn:
+            result = await conn.execute(statement)
+        return int(result.rowcount or 0)
+
     async def begin_dispatch(self, room: str, timeout_s: float, grace_s: float) -> bool:
         """Decide, once for every watcher, to dispatch an agent to ``room``.
 

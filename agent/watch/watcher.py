@@ -23,7 +23,8 @@ that an agent is gone. The workers can: each room's agent holds a lease row
   the job, waiting 10 s for its answer: when no agent of ours joined within
   ``ALICIA_REDISPATCH_AFTER`` of a dispatch, the room is dispatched again at once (the
   late agent, if the stalled worker wakes, finds the room claimed and leaves);
-* a dead lease of a room that no longer exists, or that has no client left, is deleted;
+* a dead lease of a room that no longer exists, or that has no client left, is deleted,
+  and so is a dispatch mark no agent claimed for ten dispatch grace periods;
 * while the database is away, a room with clients and no agent of ours at all still gets
   one (once per ``ALICIA_DISPATCH_GRACE`` per watcher); after the database was away, no
   lease counts as stale until the workers had two heartbeat timeouts to renew them (an
@@ -60,6 +61,8 @@ AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
 _AGENT: Final = api.ParticipantInfo.Kind.AGENT
 _STALE_EVERY_S: Final = 0.25
 _MAX_REDISPATCH: Final = 8
+_SWEEP_AFTER: Final = 10
+"""Dispatch marks nobody claimed are deleted after this many dispatch grace periods."""
 _BLIND_KEEP: Final = 10_000
 """Rooms remembered at most for dispatches decided without the database."""
 """Dispatches replaced at most per room check (then the next check starts over)."""
@@ -190,6 +193,8 @@ class Watcher:
                         await self._check(room.name)
             except Exception:
                 logger.exception("room poll failed")
+            with contextlib.suppress(Exception):
+                await self.leases.sweep(_SWEEP_AFTER * self.settings.dispatch_grace_s)
             await asyncio.sleep(self.settings.poll_s)
 
     async def _pending_loop(self) -> None:
