@@ -40,6 +40,12 @@ def test_a_dead_agent_is_removed_and_replaced() -> None:
     assert rule(view, lease("agent-a", beat_ago=2.0)) == (True, ("agent-a",))
 
 
+def test_a_stopped_agent_that_joined_recently_is_removed_too() -> None:
+    """Its lease went stale: it is not "starting", however recently it joined."""
+    view = RoomView(("alice",), (("agent-a", NOW - 3),))
+    assert rule(view, lease("agent-a", beat_ago=2.0)) == (True, ("agent-a",))
+
+
 def test_a_new_room_gets_an_agent_and_a_pending_dispatch_is_waited_for() -> None:
     view = RoomView(("alice",), ())
     assert rule(view, None) == (True, ())

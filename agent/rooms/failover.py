@@ -130,6 +130,15 @@ class LeaseKeeper:
             self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
         return hold
 
+    async def accept(self, room: str) -> None:
+        """Note at once that this worker took a job for ``room`` (the watcher then waits
+        for its agent instead of dispatching again); best effort, bounded."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self.leases.accept(room)
+        except Exception as exc:
+            logger.info("job start not noted", extra={"room": room, "error": repr(exc)})
+
     async def release(self, hold: Hold) -> None:
         """``hold``'s agent leaves its room cleanly: its own lease entry goes (the watcher
         may move the room); another agent's entry for the room is left alone."""

@@ -28,7 +28,14 @@ from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 
-from .failover import DrainingServer, Hold, lease_keeper, wait_draining, watch_drain
+from .failover import (
+    DrainingServer,
+    Hold,
+    LeaseKeeper,
+    lease_keeper,
+    wait_draining,
+    watch_drain,
+)
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
 from .transport import RoomTransport
@@ -125,6 +132,8 @@ async def entrypoint(ctx: JobContext) -> None:
             ctx.shutdown("room closed")  # ends the job: ctx.room itself was never connected
         return
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.voice else AutoSubscribe.SUBSCRIBE_NONE
+    if settings.failover and not settings.voice:
+        await _keeper(settings).accept(ctx.job.room.name)
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
     if settings.voice:
@@ -148,6 +157,8 @@ def _on_shared_loop(settings: Settings) -> bool:
 
 async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
     """On the shared room loop: join the job's room as the job's participant and serve it."""
+    if settings.failover:
+        await _keeper(settings).accept(ctx.job.room.name)
     room = rtc.Room()
     async with _connect_slot():
         await room.connect(
@@ -186,13 +197,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
     identity = room.local_participant.identity
     hold: Hold | None = None
     if settings.failover:
-        assert settings.database_url is not None  # checked by the settings
-        keeper = lease_keeper(
-            settings.database_url,
-            interval_s=settings.heartbeat_interval_s,
-            timeout_s=settings.heartbeat_timeout_s,
-        )
-        hold = await keeper.hold(room.name, identity)
+        hold = await _keeper(settings).hold(room.name, identity)
         if hold is None:
             logger.warning(
                 "another live agent serves this room: leaving", extra={"room": room.name}
@@ -231,6 +236,16 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         if hold is not None:
             await hold.keeper.release(hold)
         logger.info("room left", extra={"room": room.name})
+
+
+def _keeper(settings: Settings) -> LeaseKeeper:
+    """The running loop's lease keeper (failover)."""
+    assert settings.database_url is not None  # checked by the settings
+    return lease_keeper(
+        settings.database_url,
+        interval_s=settings.heartbeat_interval_s,
+        timeout_s=settings.heartbeat_timeout_s,
+    )
 
 
 PROTOCOL_ATTRIBUTE: Final = "alicia.protocol"

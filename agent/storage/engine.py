@@ -41,6 +41,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+IDLE_TXN_TIMEOUT_S: Final = 0.5
+"""Writers' and leases' connections: a transaction left idle this long (its process was
+stopped mid-write) is ended by the server, so it holds no lock a takeover waits on."""
+
+
 def create_engine(
     url: str,
     *,

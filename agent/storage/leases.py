@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alicia.agent.engine.sink import Fenced
 
-from .engine import create_engine, is_postgres
+from .engine import IDLE_TXN_TIMEOUT_S, create_engine, is_postgres
 from .errors import _mapped
 from .migrate import migrate_once
 from .tables import agent_leases as LEASES
@@ -66,6 +66,8 @@ class Lease:
     """Epoch seconds when a watcher last dispatched an agent to the room."""
     epoch: int = 0
     """The generation of the last claim."""
+    accepted_at: float | None = None
+    """When a worker last started a job for the room (before its agent joined)."""
 
 
 @dataclass(slots=True)
@@ -110,8 +112,15 @@ def _lease(row: Any) -> Lease:
     now = time.time()
     beat = 0.0 if not row.heartbeat_at else now - float(row.age)
     dispatched = None if row.dispatch_age is None else now - float(row.dispatch_age)
+    accepted = None if row.accept_age is None else now - float(row.accept_age)
     return Lease(
-        row.conversation_id, row.agent_identity, row.worker_id, beat, dispatched, int(row.epoch)
+        row.conversation_id,
+        row.agent_identity,
+        row.worker_id,
+        beat,
+        dispatched,
+        int(row.epoch),
+        accepted,
     )
 
 
@@ -128,7 +137,7 @@ class Leases:
     async def _ready(self) -> AsyncEngine:
         if self._engine is None:
             self._engine = create_engine(
-                self.url, pool_size=2, pre_ping=True, idle_txn_timeout_s=1.0
+                self.url, pool_size=2, pre_ping=True, idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S
             )
         if not self._migrated:
             await migrate_once(self._engine)
@@ -154,6 +163,7 @@ class Leases:
             LEASES,
             (self._now - c.heartbeat_at).label("age"),
             (self._now - c.dispatched_at).label("dispatch_age"),
+            (self._now - c.accepted_at).label("accept_age"),
         )
 
     async def get(self, room: str) -> Lease | None:
@@ -226,6 +236,16 @@ class Leases:
         )
         async with _mapped(), engine.begin() as conn:
             return {row[0] for row in await conn.execute(statement)}
+
+    async def accept(self, room: str) -> None:
+        """A worker started a job for ``room`` (its agent joins next): noted on the lease
+        row a watcher's dispatch made, so it does not dispatch again."""
+        engine = await self._ready()
+        statement = (
+            update(LEASES).where(LEASES.c.conversation_id == room).values(accepted_at=self._now)
+        )
+        async with _mapped(), engine.begin() as conn:
+            await conn.execute(statement)
 
     async def release(self, room: str, identity: str) -> None:
         """``identity`` no longer serves ``room`` (a clean leave): its own entry only."""

@@ -358,6 +358,8 @@ class AgentLease(Base):
     dispatched_at: Mapped[float | None] = mapped_column(Double)
     epoch: Mapped[int] = mapped_column(BigInteger, server_default=sql_text("0"))
     """Raised by each claim; the holder's writes and renewals are conditional on it."""
+    accepted_at: Mapped[float | None] = mapped_column(Double)
+    """When a worker last started a job for the room (before its agent joins)."""
 
 
 TABLE_NAMES: Final = tuple(Base.metadata.tables)

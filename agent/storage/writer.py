@@ -69,7 +69,7 @@ from alicia.protocol import (
 )
 
 from .dialect import Dialect, StepConflictError
-from .engine import create_engine, is_postgres
+from .engine import IDLE_TXN_TIMEOUT_S, create_engine, is_postgres
 from .errors import (
     StorageError,
     StorageRejectedError,
@@ -170,7 +170,10 @@ class StorageWriter:
                 extra={"segments": len(adopted), "spill_dir": str(self._spill.root)},
             )
         self._engine = create_engine(
-            self.url, pool_size=self.options.pool_size, pre_ping=False, idle_txn_timeout_s=1.0
+            self.url,
+            pool_size=self.options.pool_size,
+            pre_ping=False,
+            idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S,
         )
         self._state = _State.RUNNING
         self._write_atask = asyncio.create_task(self._write_loop(), name="alicia-storage-writer")

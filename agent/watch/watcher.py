@@ -20,9 +20,11 @@ that an agent is gone. The workers can: each room's agent holds a lease row
   LiveKit for a new one with AgentDispatchService ``CreateDispatch`` under the workers'
   agent name; LiveKit picks the worker by load;
 * livekit-server still counts a stopped (SIGSTOP) worker as registered and may hand it
-  the job, waiting 10 s for its answer: when no agent of ours joined within
-  ``ALICIA_REDISPATCH_AFTER`` of a dispatch, the room is dispatched again at once (the
-  late agent, if the stalled worker wakes, finds the room claimed and leaves);
+  the job, waiting 10 s for its answer: after a takeover, when no worker noted the job
+  on the room's lease (:meth:`~alicia.agent.storage.leases.Leases.accept`, as its job
+  starts) and no agent of ours joined within ``ALICIA_REDISPATCH_AFTER`` of a dispatch,
+  the room is dispatched again at once (the late agent, if the stalled worker wakes,
+  finds the room claimed and leaves);
 * a dead lease of a room that no longer exists, or that has no client left, is deleted,
   and so is a dispatch mark no agent claimed for ten dispatch grace periods;
 * while the database is away, a room with clients and no agent of ours at all still gets
@@ -63,6 +65,8 @@ _STALE_EVERY_S: Final = 0.25
 _MAX_REDISPATCH: Final = 8
 _SWEEP_AFTER: Final = 10
 """Dispatch marks nobody claimed are deleted after this many dispatch grace periods."""
+_CLOCK_SLACK_S: Final = 0.05
+"""Slack between this host's clock and the database's, read back on this host's."""
 _BLIND_KEEP: Final = 10_000
 """Rooms remembered at most for dispatches decided without the database."""
 """Dispatches replaced at most per room check (then the next check starts over)."""
@@ -103,7 +107,8 @@ def decide(
     starting = [i for i, joined in view.agents if now - joined < grace_s]
     if starting and (lease is None or lease.agent_identity not in starting):
         return Decision(False, reason="agent starting")
-    dead = tuple(i for i, _ in view.agents if i not in starting)
+    # The holder of a lease gone stale is dead (or stopped) however recently it joined.
+    dead = tuple(i for i, _ in view.agents if i not in starting or i == holder)
     return Decision(True, remove=dead, reason="no live agent")
 
 
@@ -252,7 +257,9 @@ class Watcher:
                         api.RoomParticipantIdentity(room=room, identity=identity)
                     )
             removed = f", removed {', '.join(decision.remove)}" if decision.remove else ""
-            await self._dispatch(room, f"{decision.reason}{removed}")
+            # A takeover is followed: the old worker may be stopped and handed the job.
+            takeover = lease is not None and lease.agent_identity is not None
+            await self._dispatch(room, f"{decision.reason}{removed}", follow=takeover)
         except api.TwirpError as exc:
             if exc.code == api.TwirpErrorCode.NOT_FOUND:  # the room is gone
                 await self._forget(room)
@@ -261,8 +268,11 @@ class Watcher:
         except Exception:
             logger.exception("room check failed", extra={"room": room})
 
-    async def _dispatch(self, room: str, why: str, attempt: int = 0) -> None:
-        """Create a dispatch of our agent to ``room``, followed until a worker takes it."""
+    async def _dispatch(
+        self, room: str, why: str, attempt: int = 0, *, follow: bool = True
+    ) -> None:
+        """Create a dispatch of our agent to ``room``; ``follow``: dispatch again while no
+        worker takes it (:meth:`_follow`)."""
         created = await self.lk.agent_dispatch.create_dispatch(
             api.CreateAgentDispatchRequest(agent_name=self.settings.agent_name, room=room)
         )
@@ -271,7 +281,7 @@ class Watcher:
             f"agent dispatched to {room} ({why})",
             extra={"room": room, "reason": why, "attempt": attempt},
         )
-        if attempt < _MAX_REDISPATCH and room not in self._following:
+        if follow and attempt < _MAX_REDISPATCH and room not in self._following:
             task = asyncio.create_task(self._follow(room, created.id, attempt))
             self._following[room] = task
             task.add_done_callback(self._followed)
@@ -289,7 +299,7 @@ class Watcher:
         self._blind[room] = loop.time()
         while len(self._blind) > _BLIND_KEEP:
             del self._blind[next(iter(self._blind))]
-        await self._dispatch(room, "no agent; the database is away", _MAX_REDISPATCH)
+        await self._dispatch(room, "no agent; the database is away", follow=False)
 
     def _followed(self, task: asyncio.Task[None]) -> None:
         for room, t in list(self._following.items()):
@@ -303,6 +313,9 @@ class Watcher:
         try:
             since = time.time()
             await asyncio.sleep(s.redispatch_s)
+            lease = await self.leases.get(room)
+            if lease is not None and (lease.accepted_at or 0.0) >= since - _CLOCK_SLACK_S:
+                return  # a worker took the job: its agent joins and claims the room
             view = await self._view(room)
             if any(joined >= since - 1.0 for _, joined in view.agents) or not view.clients:
                 return  # an agent is joining (it claims the room), or nobody needs one
