@@ -53,10 +53,24 @@ __all__ = [
     "logged_for",
     "rooms_mid_turn",
     "running_watcher",
+    "worker_env",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
+
+
+def worker_env(url: str, **extra: str) -> dict[str, str]:
+    """A failover worker's environment on the database ``url`` (explicit dispatch under
+    ``alicia``, the thread job executor), with ``extra`` on top."""
+    return {
+        "DATABASE_URL": url,
+        "ALICIA_FAILOVER": "true",
+        "ALICIA_AGENT_NAME": "alicia",
+        "ALICIA_JOB_EXECUTOR": "thread",
+        "ALICIA_LOAD_THRESHOLD": "inf",
+        **extra,
+    }
 
 
 @dataclass

@@ -63,6 +63,16 @@ def utc(value: Any) -> Any:
     return value
 
 
+async def execute(url: str, sql: str) -> None:
+    """Run one statement and commit it."""
+    engine = create_engine(url, pooled=False)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text(sql))
+    finally:
+        await engine.dispose()
+
+
 async def fetch(url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
     """Rows of ``sql`` as dicts (JSON decoded, booleans as bool on SQLite too)."""
     import json

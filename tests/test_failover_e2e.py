@@ -49,6 +49,7 @@ from tests.failover_helpers import (
     logged_for,
     rooms_mid_turn,
     running_watcher,
+    worker_env,
 )
 from tests.worker_proc import WorkerProcess, running_worker
 
@@ -62,17 +63,6 @@ ROOMS = 10
 async def llm() -> AsyncIterator[RecordedLLM]:
     async with RecordedLLM(chunk_delay=0.02) as server:  # a turn takes about 7 s
         yield server
-
-
-def worker_env(url: str, **extra: str) -> dict[str, str]:
-    return {
-        "DATABASE_URL": url,
-        "ALICIA_FAILOVER": "true",
-        "ALICIA_AGENT_NAME": "alicia",
-        "ALICIA_JOB_EXECUTOR": "thread",
-        "ALICIA_LOAD_THRESHOLD": "inf",
-        **extra,
-    }
 
 
 def kill(worker: WorkerProcess) -> None:

@@ -30,17 +30,15 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from livekit import api
-from sqlalchemy import text
-from storage_db import fetch, new_database
+from storage_db import execute, fetch, new_database
 
 from alicia.agent.rooms import failover
 from alicia.agent.rooms.failover import LeaseKeeper
-from alicia.agent.storage.engine import create_engine
 from alicia.agent.storage.leases import Leases
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ErrorMessage, ReasoningStep, decode, new_id
-from tests.failover_helpers import following_client, rooms_mid_turn, running_watcher
+from tests.failover_helpers import following_client, rooms_mid_turn, running_watcher, worker_env
 from tests.worker_proc import running_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -52,27 +50,6 @@ STREAM = "deepseek_reasoning_content"
 async def llm() -> AsyncIterator[RecordedLLM]:
     async with RecordedLLM(chunk_delay=0.02) as server:
         yield server
-
-
-def worker_env(url: str, **extra: str) -> dict[str, str]:
-    return {
-        "DATABASE_URL": url,
-        "ALICIA_FAILOVER": "true",
-        "ALICIA_AGENT_NAME": "alicia",
-        "ALICIA_JOB_EXECUTOR": "thread",
-        "ALICIA_LOAD_THRESHOLD": "inf",
-        **extra,
-    }
-
-
-async def execute(url: str, sql: str) -> None:
-    """Run one statement and commit it."""
-    engine = create_engine(url, pooled=False)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(sql))
-    finally:
-        await engine.dispose()
 
 
 async def agents_in(livekit: LiveKitServer, room: str) -> set[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_db import clear, fetch, new_database
+from storage_db import clear, execute, fetch, new_database
 
 from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE, NullSink, StepSink
 from alicia.agent.storage.rows import build_rows
@@ -482,13 +482,13 @@ async def test_refused_record_goes_to_dead_letter_and_the_rest_is_stored(
     else:
         ddl = "ALTER TABLE alicia_reasoning_steps ADD CONSTRAINT poison CHECK (content <> 'POISON')"
         undo = "ALTER TABLE alicia_reasoning_steps DROP CONSTRAINT poison"
-    await fetch_exec(url, ddl)
+    await execute(url, ddl)
     try:
         c = Conv()
         envs = [c.server(step("msg_u1", i, "POISON" if i == 7 else f"s{i}")) for i in range(1, 11)]
         w = await write(url, options, envs)
     finally:
-        await fetch_exec(url, undo)
+        await execute(url, undo)
     assert w.stats.dead_lettered == 1
     stored = [
         r["sequence_number"] for r in await table(url, "alicia_reasoning_steps", "sequence_number")
@@ -498,19 +498,6 @@ async def test_refused_record_goes_to_dead_letter_and_the_rest_is_stored(
     [dead] = list((options.spill_dir / "dead-letter").glob("*.seg"))
     [item] = decode_items(dead.read_bytes())
     assert item.env == envs[6]
-
-
-async def fetch_exec(url: str, sql: str) -> None:
-    from sqlalchemy import text
-
-    from alicia.agent.storage.engine import create_engine
-
-    engine = create_engine(url, pooled=False)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text(sql))
-    finally:
-        await engine.dispose()
 
 
 async def test_stop_and_partial_answers_are_marked_failed(url: str, options: WriterOptions) -> None:
@@ -655,7 +642,7 @@ async def test_message_deleted_behind_the_writers_back(url: str, options: Writer
         w.submit(c.client(UserMessage(id="msg_gone", conversation_id=CID, content="q")))
         w.submit(c.server(step("msg_gone", 1, "a")))
         await w.flush(timeout=30)
-        await fetch_exec(url, "DELETE FROM alicia_messages WHERE id = 'msg_gone'")  # cascades
+        await execute(url, "DELETE FROM alicia_messages WHERE id = 'msg_gone'")  # cascades
         w.submit(c.server(step("msg_gone", 2, "b")))
         await w.flush(timeout=30)
         assert w.stats.dead_lettered == 0
