@@ -238,6 +238,25 @@ async def test_a_stalled_loop_sends_nothing_until_its_lease_is_confirmed(
     assert failover.WORKER_ID
 
 
+async def test_a_job_for_a_room_a_live_agent_serves_does_not_join_it(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A late or redundant dispatch (a stopped worker woke up): its agent never joins."""
+    url = await new_database("postgres", postgres_server, tmp_path, "accept")
+    leases = Leases(url)
+    try:
+        assert await leases.accept("room-new", 1.5)  # no lease yet: join
+        assert await leases.claim("room-a", "agent-live", "w1", 1.5) is not None
+        assert not await leases.accept("room-a", 1.5)  # served: do not join
+        await execute(url, "UPDATE alicia_agents SET heartbeat_at = heartbeat_at - 5")
+        assert await leases.accept("room-a", 1.5)  # its agent is dead: take it over
+        lease = await leases.get("room-a")
+        assert lease is not None and lease.accepted_at is not None
+        assert time.time() - lease.accepted_at < 1.0
+    finally:
+        await leases.aclose()
+
+
 async def test_dispatch_marks_nobody_claimed_are_swept(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:

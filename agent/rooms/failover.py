@@ -130,14 +130,17 @@ class LeaseKeeper:
             self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
         return hold
 
-    async def accept(self, room: str) -> None:
+    async def accept(self, room: str) -> bool:
         """Note at once that this worker took a job for ``room`` (the watcher then waits
-        for its agent instead of dispatching again); best effort, bounded."""
+        for its agent instead of dispatching again); False if a live agent serves the room
+        already (a late or redundant dispatch: the job ends without joining, so clients
+        never see an agent that is about to leave). Best effort, bounded."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.leases.accept(room)
+                return await self.leases.accept(room, self.timeout_s)
         except Exception as exc:
             logger.info("job start not noted", extra={"room": room, "error": repr(exc)})
+            return True
 
     async def release(self, hold: Hold) -> None:
         """``hold``'s agent leaves its room cleanly: its own lease entry goes (the watcher

@@ -132,8 +132,9 @@ async def entrypoint(ctx: JobContext) -> None:
             ctx.shutdown("room closed")  # ends the job: ctx.room itself was never connected
         return
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.voice else AutoSubscribe.SUBSCRIBE_NONE
-    if settings.failover and not settings.voice:
-        await _keeper(settings).accept(ctx.job.room.name)
+    if settings.failover and not settings.voice and not await _accept(ctx, settings):
+        ctx.shutdown("another live agent serves this room")
+        return
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
     if settings.voice:
@@ -157,8 +158,8 @@ def _on_shared_loop(settings: Settings) -> bool:
 
 async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
     """On the shared room loop: join the job's room as the job's participant and serve it."""
-    if settings.failover:
-        await _keeper(settings).accept(ctx.job.room.name)
+    if settings.failover and not await _accept(ctx, settings):
+        return
     room = rtc.Room()
     async with _connect_slot():
         await room.connect(
@@ -236,6 +237,15 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         if hold is not None:
             await hold.keeper.release(hold)
         logger.info("room left", extra={"room": room.name})
+
+
+async def _accept(ctx: JobContext, settings: Settings) -> bool:
+    """Note the job's start on its room's lease; False: a live agent serves the room."""
+    room = ctx.job.room.name
+    if await _keeper(settings).accept(room):
+        return True
+    logger.info("another live agent serves this room: not joining", extra={"room": room})
+    return False
 
 
 def _keeper(settings: Settings) -> LeaseKeeper:

@@ -237,15 +237,21 @@ class Leases:
         async with _mapped(), engine.begin() as conn:
             return {row[0] for row in await conn.execute(statement)}
 
-    async def accept(self, room: str) -> None:
+    async def accept(self, room: str, timeout_s: float) -> bool:
         """A worker started a job for ``room`` (its agent joins next): noted on the lease
-        row a watcher's dispatch made, so it does not dispatch again."""
+        row a watcher's dispatch made, so it does not dispatch again. False if a live
+        agent (renewed within ``timeout_s``) already serves the room: do not join it."""
         engine = await self._ready()
+        c = LEASES.c
         statement = (
-            update(LEASES).where(LEASES.c.conversation_id == room).values(accepted_at=self._now)
+            update(LEASES)
+            .where(c.conversation_id == room)
+            .values(accepted_at=self._now)
+            .returning(c.agent_identity, (self._now - c.heartbeat_at).label("age"))
         )
         async with _mapped(), engine.begin() as conn:
-            await conn.execute(statement)
+            row = (await conn.execute(statement)).first()
+        return row is None or not row.agent_identity or float(row.age) > timeout_s
 
     async def release(self, room: str, identity: str) -> None:
         """``identity`` no longer serves ``room`` (a clean leave): its own entry only."""
