@@ -43,6 +43,7 @@ __all__ = [
     "LeaseKeeper",
     "lease_keeper",
     "wait_draining",
+    "warm_storage",
     "watch_drain",
 ]
 
@@ -131,10 +132,10 @@ class LeaseKeeper:
         return hold
 
     async def accept(self, room: str) -> bool:
-        """Note at once that this worker took a job for ``room`` (the watcher then waits
+        """Note at once that this worker takes a job for ``room`` (the watcher then waits
         for its agent instead of dispatching again); False if a live agent serves the room
-        already (a late or redundant dispatch: the job ends without joining, so clients
-        never see an agent that is about to leave). Best effort, bounded."""
+        already (a late or redundant dispatch: the job is refused, so clients never see an
+        agent that is about to leave). Best effort, bounded."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await self.leases.accept(room, self.timeout_s)
@@ -277,6 +278,28 @@ def watch_drain(server: AgentServer) -> None:
         DRAINING.set()
 
     task = asyncio.get_running_loop().create_task(watch(), name="alicia-drain-watch")
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+
+
+def warm_storage(url: str) -> None:
+    """Bring the database to ``head`` once, as the worker starts (call on
+    ``worker_started``): Alembic's first run costs a few hundred milliseconds of this
+    process's time, which a takeover of many rooms at once would otherwise wait on."""
+
+    async def warm() -> None:
+        from alicia.agent.storage.engine import create_engine
+        from alicia.agent.storage.migrate import migrate_once
+
+        engine = create_engine(url, pooled=False)
+        try:
+            await migrate_once(engine)
+        except Exception as exc:  # the database is away: the first room migrates
+            logger.info("database not ready at start", extra={"error": repr(exc)})
+        finally:
+            await engine.dispose()
+
+    task = asyncio.get_running_loop().create_task(warm(), name="alicia-storage-warm")
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
 

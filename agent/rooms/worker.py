@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from livekit import api, rtc
-from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType
+from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType, JobRequest
 
 from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.tools import default_tools
@@ -34,6 +34,7 @@ from .failover import (
     LeaseKeeper,
     lease_keeper,
     wait_draining,
+    warm_storage,
     watch_drain,
 )
 from .ffi_routing import stop_capturing_native_logs
@@ -106,7 +107,11 @@ def build_server(settings: Settings) -> AgentServer:
         threshold = 1.0  # full at max_rooms
     if threshold is not None:
         server.update_options(load_threshold=threshold)
-    server.rtc_session(entrypoint, agent_name=settings.agent_name)
+    if settings.failover:
+        on_request = functools.partial(_on_request, settings=settings)
+        server.rtc_session(entrypoint, agent_name=settings.agent_name, on_request=on_request)
+    else:
+        server.rtc_session(entrypoint, agent_name=settings.agent_name)
     profile, how = resolve(settings.llm_provider, settings.llm_base_url, settings.llm_model)
     chosen = {
         "provider": profile.name,
@@ -119,6 +124,9 @@ def build_server(settings: Settings) -> AgentServer:
     server.on("worker_started", lambda: logger.info("llm provider profile", extra=chosen))
     if settings.failover:
         server.on("worker_started", lambda: watch_drain(server))
+        url = settings.database_url
+        assert url is not None  # checked by the settings
+        server.on("worker_started", lambda: warm_storage(url))
     return server
 
 
@@ -132,9 +140,6 @@ async def entrypoint(ctx: JobContext) -> None:
             ctx.shutdown("room closed")  # ends the job: ctx.room itself was never connected
         return
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.voice else AutoSubscribe.SUBSCRIBE_NONE
-    if settings.failover and not settings.voice and not await _accept(ctx, settings):
-        ctx.shutdown("another live agent serves this room")
-        return
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
     if settings.voice:
@@ -158,8 +163,6 @@ def _on_shared_loop(settings: Settings) -> bool:
 
 async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
     """On the shared room loop: join the job's room as the job's participant and serve it."""
-    if settings.failover and not await _accept(ctx, settings):
-        return
     room = rtc.Room()
     async with _connect_slot():
         await room.connect(
@@ -239,13 +242,17 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         logger.info("room left", extra={"room": room.name})
 
 
-async def _accept(ctx: JobContext, settings: Settings) -> bool:
-    """Note the job's start on its room's lease; False: a live agent serves the room."""
-    room = ctx.job.room.name
+async def _on_request(request: JobRequest, *, settings: Settings) -> None:
+    """Failover: take a job at once, noted on its room's lease (the watcher then waits for
+    the agent instead of dispatching again), unless a live agent serves the room already
+    (a late dispatch of a worker that was stopped, a redundant one): refused, so no agent
+    joins the room only to leave it."""
+    room = request.room.name
     if await _keeper(settings).accept(room):
-        return True
-    logger.info("another live agent serves this room: not joining", extra={"room": room})
-    return False
+        await request.accept()
+        return
+    logger.info("another live agent serves this room: job refused", extra={"room": room})
+    await request.reject(terminate=True)
 
 
 def _keeper(settings: Settings) -> LeaseKeeper:

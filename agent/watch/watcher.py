@@ -21,8 +21,8 @@ that an agent is gone. The workers can: each room's agent holds a lease row
   agent name; LiveKit picks the worker by load;
 * livekit-server still counts a stopped (SIGSTOP) worker as registered and may hand it
   the job, waiting 10 s for its answer: after a takeover, when no worker noted the job
-  on the room's lease (:meth:`~alicia.agent.storage.leases.Leases.accept`, as its job
-  starts) and no agent of ours joined within ``ALICIA_REDISPATCH_AFTER`` of a dispatch,
+  on the room's lease (:meth:`~alicia.agent.storage.leases.Leases.accept`, as it takes
+  the job) and no agent of ours joined within ``ALICIA_REDISPATCH_AFTER`` of a dispatch,
   the room is dispatched again at once (the late agent, if the stalled worker wakes,
   finds the room claimed and leaves);
 * a dead lease of a room that no longer exists, or that has no client left, is deleted,
