@@ -326,8 +326,8 @@ class WatchSettings:
     dispatch_grace_s: float = 10.0
     """``ALICIA_DISPATCH_GRACE`` (default 10): seconds a dispatched agent gets to join and
     claim its room before the room is dispatched again."""
-    redispatch_s: float = 1.0
-    """``ALICIA_REDISPATCH_AFTER`` (default 1): when no agent joined this many seconds
+    redispatch_s: float = 0.5
+    """``ALICIA_REDISPATCH_AFTER`` (default 0.5): when no worker took the job this long
     after a dispatch, a stalled worker has the job (livekit-server waits 10 s on it):
     the room is dispatched again at once."""
 
@@ -346,7 +346,7 @@ class WatchSettings:
             poll_s=r.number("ALICIA_WATCH_POLL", 5.0, low=0.1),
             heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 1.5, low=0.1),
             dispatch_grace_s=r.number("ALICIA_DISPATCH_GRACE", 10.0, low=0.5),
-            redispatch_s=r.number("ALICIA_REDISPATCH_AFTER", 1.0, low=0.1),
+            redispatch_s=r.number("ALICIA_REDISPATCH_AFTER", 0.5, low=0.1),
         )
 
     @classmethod

@@ -241,18 +241,23 @@ async def test_a_stalled_loop_sends_nothing_until_its_lease_is_confirmed(
 async def test_a_job_for_a_room_a_live_agent_serves_does_not_join_it(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    """A late or redundant dispatch (a stopped worker woke up): its agent never joins."""
+    """A late or redundant dispatch (a stopped worker woke up; the watcher's second copy):
+    its agent never joins. Of jobs racing for a room, one is taken."""
     url = await new_database("postgres", postgres_server, tmp_path, "accept")
     leases = Leases(url)
     try:
-        assert await leases.accept("room-new", 1.5)  # no lease yet: join
+        assert await leases.accept("room-new", 1.5, 5.0)  # no lease row: join
         assert await leases.claim("room-a", "agent-live", "w1", 1.5) is not None
-        assert not await leases.accept("room-a", 1.5)  # served: do not join
+        assert not await leases.accept("room-a", 1.5, 5.0)  # served: do not join
         await execute(url, "UPDATE alicia_agents SET heartbeat_at = heartbeat_at - 5")
-        assert await leases.accept("room-a", 1.5)  # its agent is dead: take it over
+        # Its agent is dead: of ten jobs racing to take the room over, one is taken.
+        taken = await asyncio.gather(*(leases.accept("room-a", 1.5, 5.0) for _ in range(10)))
+        assert taken.count(True) == 1
         lease = await leases.get("room-a")
         assert lease is not None and lease.accepted_at is not None
         assert time.time() - lease.accepted_at < 1.0
+        await execute(url, "UPDATE alicia_agents SET accepted_at = accepted_at - 6")
+        assert await leases.accept("room-a", 1.5, 5.0)  # that job's agent never came
     finally:
         await leases.aclose()
 

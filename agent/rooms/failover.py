@@ -54,6 +54,9 @@ DRAINING: Final = threading.Event()
 WORKER_ID: Final = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 """This process's id in the lease table."""
 _POLL_S: Final = 0.1
+ACCEPT_WINDOW_S: Final = 5.0
+"""A job taken for a room has this long for its agent to claim it; meanwhile further
+dispatches to the room are refused (the watcher sends two at once on a takeover)."""
 
 
 class Hold:
@@ -134,11 +137,12 @@ class LeaseKeeper:
     async def accept(self, room: str) -> bool:
         """Note at once that this worker takes a job for ``room`` (the watcher then waits
         for its agent instead of dispatching again); False if a live agent serves the room
-        already (a late or redundant dispatch: the job is refused, so clients never see an
-        agent that is about to leave). Best effort, bounded."""
+        already, or another job for it was taken within :data:`ACCEPT_WINDOW_S` (a late or
+        redundant dispatch: the job is refused, so clients never see an agent that is about
+        to leave). Best effort, bounded."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self.leases.accept(room, self.timeout_s)
+                return await self.leases.accept(room, self.timeout_s, ACCEPT_WINDOW_S)
         except Exception as exc:
             logger.info("job start not noted", extra={"room": room, "error": repr(exc)})
             return True

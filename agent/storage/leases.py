@@ -237,21 +237,29 @@ class Leases:
         async with _mapped(), engine.begin() as conn:
             return {row[0] for row in await conn.execute(statement)}
 
-    async def accept(self, room: str, timeout_s: float) -> bool:
-        """A worker started a job for ``room`` (its agent joins next): noted on the lease
-        row a watcher's dispatch made, so it does not dispatch again. False if a live
-        agent (renewed within ``timeout_s``) already serves the room: do not join it."""
+    async def accept(self, room: str, timeout_s: float, window_s: float) -> bool:
+        """A worker takes a job for ``room`` (its agent joins next): noted on the room's
+        lease row, so the watcher does not dispatch again. False, and nothing noted, if a
+        live agent (renewed within ``timeout_s``) serves the room or another worker took a
+        job for it within ``window_s`` (its agent is on its way): do not join. Of jobs
+        that race for a room, one is taken (the row's lock orders them)."""
         engine = await self._ready()
         c = LEASES.c
+        now = self._now
+        free = (c.agent_identity.is_(None) | (c.heartbeat_at < now - timeout_s)) & (
+            c.accepted_at.is_(None) | (c.accepted_at < now - window_s)
+        )
         statement = (
             update(LEASES)
-            .where(c.conversation_id == room)
-            .values(accepted_at=self._now)
-            .returning(c.agent_identity, (self._now - c.heartbeat_at).label("age"))
+            .where(c.conversation_id == room, free)
+            .values(accepted_at=now)
+            .returning(c.conversation_id)
         )
         async with _mapped(), engine.begin() as conn:
-            row = (await conn.execute(statement)).first()
-        return row is None or not row.agent_identity or float(row.age) > timeout_s
+            if (await conn.execute(statement)).first() is not None:
+                return True
+            held = await conn.scalar(select(c.conversation_id).where(c.conversation_id == room))
+        return held is None
 
     async def release(self, room: str, identity: str) -> None:
         """``identity`` no longer serves ``room`` (a clean leave): its own entry only."""

@@ -20,11 +20,11 @@ that an agent is gone. The workers can: each room's agent holds a lease row
   LiveKit for a new one with AgentDispatchService ``CreateDispatch`` under the workers'
   agent name; LiveKit picks the worker by load;
 * livekit-server still counts a stopped (SIGSTOP) worker as registered and may hand it
-  the job, waiting 10 s for its answer: after a takeover, when no worker noted the job
-  on the room's lease (:meth:`~alicia.agent.storage.leases.Leases.accept`, as it takes
-  the job) and no agent of ours joined within ``ALICIA_REDISPATCH_AFTER`` of a dispatch,
-  the room is dispatched again at once (the late agent, if the stalled worker wakes,
-  finds the room claimed and leaves);
+  the job, waiting 10 s for its answer: a takeover sends two dispatches at once (a worker
+  takes one job per room, :meth:`~alicia.agent.storage.leases.Leases.accept`, and
+  refuses the others), and when no worker noted a job on the room's lease and no agent
+  of ours joined within ``ALICIA_REDISPATCH_AFTER``, two more (a job the stopped worker
+  answers when it wakes is refused: the room is taken);
 * a dead lease of a room that no longer exists, or that has no client left, is deleted,
   and so is a dispatch mark no agent claimed for ten dispatch grace periods;
 * while the database is away, a room with clients and no agent of ours at all still gets
@@ -63,6 +63,9 @@ AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
 _AGENT: Final = api.ParticipantInfo.Kind.AGENT
 _STALE_EVERY_S: Final = 0.25
 _MAX_REDISPATCH: Final = 8
+_TAKEOVER_COPIES: Final = 2
+"""Dispatches sent at once for a takeover: livekit-server picks a worker for each by load,
+and may pick a stopped one; one of them is taken, the others refused by the workers."""
 _SWEEP_AFTER: Final = 10
 """Dispatch marks nobody claimed are deleted after this many dispatch grace periods."""
 _CLOCK_SLACK_S: Final = 0.05
@@ -271,12 +274,17 @@ class Watcher:
     async def _dispatch(
         self, room: str, why: str, attempt: int = 0, *, follow: bool = True
     ) -> None:
-        """Create a dispatch of our agent to ``room``; ``follow``: dispatch again while no
-        worker takes it (:meth:`_follow`)."""
-        created = await self.lk.agent_dispatch.create_dispatch(
-            api.CreateAgentDispatchRequest(agent_name=self.settings.agent_name, room=room)
-        )
-        self.dispatches += 1
+        """Create a dispatch of our agent to ``room``; ``follow`` (a takeover): two at once,
+        and again while no worker takes one (:meth:`_follow`). Workers take one job per
+        room (:meth:`~alicia.agent.storage.leases.Leases.accept`) and refuse the others."""
+        request = api.CreateAgentDispatchRequest(agent_name=self.settings.agent_name, room=room)
+        copies = _TAKEOVER_COPIES if follow else 1
+        created = (
+            await asyncio.gather(
+                *(self.lk.agent_dispatch.create_dispatch(request) for _ in range(copies))
+            )
+        )[-1]
+        self.dispatches += copies
         logger.info(
             f"agent dispatched to {room} ({why})",
             extra={"room": room, "reason": why, "attempt": attempt},
