@@ -498,6 +498,29 @@ OCEAN = Scenario(
     ),
 )
 
+PROGRESS = Scenario(
+    user="How long should I boil an egg?",
+    steps=[
+        "Checking the boiling times for eggs. A purple elephant has nothing to do with "
+        "cooking, so I will set that aside. The yolk is what changes most with time. A runny "
+        "yolk needs less time in the water than a firm one.",
+        "Comparing soft and hard yolks. A soft yolk is still runny in the middle after about "
+        "six minutes in boiling water. A hard yolk needs about ten minutes, until it is firm "
+        "all the way through.",
+        "Thinking about altitude and egg size. A large egg needs a little more time than a "
+        "small one. I could heat the water in a silver kettle first, since that makes the start "
+        "faster. High in the mountains water boils at a lower heat, so eggs take a bit longer "
+        "there.",
+        "Putting the answer together. I will give one time for a soft yolk and one time for a "
+        "hard yolk. Then I will add a short tip about cooling the egg in cold water, so that it "
+        "is easy to peel.",
+    ],
+    answer=(
+        "For a soft yolk, boil the egg for about six minutes. For a hard yolk, boil it for "
+        "about ten minutes. Then cool the egg in cold water before you peel it."
+    ),
+)
+
 # -- tokenisation ------------------------------------------------------------------------
 
 _TOKEN = re.compile(r"\n+|[ ]?[A-Za-z']+|[ ]?\d|[ ]?[^\sA-Za-z\d]|[ ]+")
@@ -2010,6 +2033,13 @@ STREAMS = [
         vllm_responses_raw,
         profile="vllm",
         api="responses",
+    ),
+    Stream(
+        "vllm_progress",
+        "vLLM >= 0.19.1 --reasoning-parser qwen3, long reasoning for spoken progress",
+        PROGRESS,
+        vllm_reasoning,
+        profile="vllm",
     ),
 ]
 
