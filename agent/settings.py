@@ -135,6 +135,17 @@ class Settings:
     """``ALICIA_VOICE`` (default unset = text only): ``offline`` serves voice rooms with
     offline speech: Silero VAD, pocketsphinx STT and Debian's espeak-ng TTS, run by a
     livekit-agents AgentSession (``ALICIA_STT``/``ALICIA_TTS`` replace either part)."""
+    spoken_progress: Literal["off", "cue", "summary"] = "cue"
+    """``ALICIA_SPOKEN_PROGRESS`` (default ``cue``): what a voice agent says while the model
+    reasons: ``off`` nothing, ``cue`` neutral or tool-aware cues ("Let me work that out."),
+    ``summary`` a short remark made from the latest step's summary when every listener in
+    the room is granted ``summary`` or ``full`` (else cues)."""
+    progress_delay_s: float = 1.2
+    """``ALICIA_PROGRESS_DELAY`` (default 1.2): seconds after the user's end of speech
+    before the first remark, if no answer audio has started and the model still reasons."""
+    progress_gap_s: float = 2.5
+    """``ALICIA_PROGRESS_GAP`` (default 2.5): seconds of quiet after a remark before the
+    next one, for as long as the model reasons."""
     stt: str | None = None
     """``ALICIA_STT`` (default unset = text only): ``module:callable`` returning a streaming
     ``livekit.agents.stt.STT``, e.g. ``livekit.plugins.deepgram:STT``."""
@@ -267,6 +278,9 @@ class Settings:
             error_burst=r.integer("ALICIA_ERROR_BURST", 5, low=1),
             edit_timeout_s=r.number("ALICIA_EDIT_TIMEOUT", 5.0, low=0.1),
             voice_mode=_voice(r.optional("ALICIA_VOICE")),
+            spoken_progress=_progress(r.optional("ALICIA_SPOKEN_PROGRESS")),
+            progress_delay_s=r.number("ALICIA_PROGRESS_DELAY", 1.2, low=0.0),
+            progress_gap_s=r.number("ALICIA_PROGRESS_GAP", 2.5, low=0.2),
             stt=r.optional("ALICIA_STT"),
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
@@ -398,6 +412,17 @@ def _voice(value: str | None) -> Literal["offline"] | None:
     if mode in ("off", "none", "false", "0"):
         return None
     raise SettingsError(f"ALICIA_VOICE must be offline or off, not {value!r}")
+
+
+def _progress(value: str | None) -> Literal["off", "cue", "summary"]:
+    policy = (value or "cue").strip().lower()
+    if policy == "off":
+        return "off"
+    if policy == "cue":
+        return "cue"
+    if policy == "summary":
+        return "summary"
+    raise SettingsError(f"ALICIA_SPOKEN_PROGRESS must be off, cue or summary, not {value!r}")
 
 
 def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "none"]:

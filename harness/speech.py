@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 import wave
 from dataclasses import dataclass, field
@@ -226,6 +227,25 @@ class AudioRecorder:
             if at >= after and np.sqrt((samples.astype(np.float64) ** 2).mean()) > level:
                 return at
         return None
+
+    def loud(self, *, after: float = 0.0, level: float = 300.0) -> list[float]:
+        """Arrival times of the frames after ``after`` louder than ``level`` RMS."""
+        return [
+            at
+            for at, samples in self.frames
+            if at >= after and np.sqrt((samples.astype(np.float64) ** 2).mean()) > level
+        ]
+
+    def longest_silence(self, start: float, end: float, *, level: float = 300.0) -> float:
+        """The longest stretch (seconds) between ``start`` and ``end`` with no frame louder
+        than ``level`` RMS."""
+        marks = [start, *(at for at in self.loud(after=start, level=level) if at <= end), end]
+        return max(b - a for a, b in itertools.pairwise(marks))
+
+    def pcm_between(self, start: float, end: float) -> np.ndarray:
+        """What arrived between ``start`` and ``end``, as one 48 kHz mono int16 array."""
+        parts = [s for at, s in self.frames if start <= at <= end]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
     def pcm(self) -> np.ndarray:
         """Everything received, as one 48 kHz mono int16 array."""

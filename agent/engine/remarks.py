@@ -21,13 +21,16 @@ from collections.abc import Iterable
 from typing import Final, Literal
 
 from alicia.agent.engine.participants import Visibility
+from alicia.agent.llm.sentences import sentence_ends
 
 __all__ = [
+    "CUES",
     "MAX_WORDS",
     "PROGRESS_POLICIES",
     "ProgressPolicy",
     "RemarkWriter",
     "SpokenLevel",
+    "TopicSentences",
     "speakable",
     "spoken_level",
     "tool_cue",
@@ -41,12 +44,13 @@ SpokenLevel = Literal["cue", "summary"]
 MAX_WORDS: Final = 12
 """Longest spoken summary, in words."""
 
-_CUES: Final = (
+CUES: Final[tuple[str, ...]] = (
     "Let me work that out.",
     "Still working on it.",
     "Thinking it through.",
     "Almost there.",
 )
+"""Neutral cues, in the order they rotate (the first acknowledges the question)."""
 _TOOL_VERBS: Final = frozenset({"get", "fetch", "lookup", "search", "find", "query", "call", "run"})
 _TRAILING_WORDS: Final = (
     "a an the and or of to for with in on at by from about which that is are "
@@ -185,8 +189,8 @@ class RemarkWriter:
 
     def _general_cue(self, last: str | None) -> str:
         while True:
-            cue = _CUES[self._cue]
-            self._cue = self._cue + 1 if self._cue + 1 < len(_CUES) else 1
+            cue = CUES[self._cue]
+            self._cue = self._cue + 1 if self._cue + 1 < len(CUES) else 1
             if cue != last:
                 return cue
 
@@ -294,3 +298,58 @@ def _clause(sentence: str) -> str:
 
 def _is_word(token: str) -> bool:
     return any(c.isalpha() for c in token)
+
+
+_TOPIC_BUFFER: Final = 2000
+"""Characters of an open paragraph kept while its first sentence is not complete."""
+
+
+class TopicSentences:
+    """The first sentence of each reasoning paragraph, as the reasoning streams.
+
+    A paragraph's first sentence is the model's own heading for the thought: it is what
+    the extractive summary of a paragraph step keeps. Steps cut by time in the middle of
+    a paragraph have no such heading, so only paragraph openings are ever offered.
+    """
+
+    def __init__(self) -> None:
+        """Nothing read yet."""
+        self._buf = ""
+        self._found = False
+        """The open paragraph's first sentence was already returned."""
+        self._newline = False
+        """The last character read was a newline (a blank line may be splitting)."""
+
+    def feed(self, text: str) -> str | None:
+        """Read more reasoning; the first sentence of a paragraph once it is complete."""
+        topic: str | None = None
+        for part in re.split(r"(\n)", text):
+            if part == "\n":
+                if self._newline:  # a blank line: a new paragraph opens
+                    self._buf, self._found, self._newline = "", False, False
+                    continue
+                self._newline = True
+                self._buf += " "
+                continue
+            if not part:
+                continue
+            if part.strip():
+                self._newline = False
+            if self._found or len(self._buf) >= _TOPIC_BUFFER:
+                continue
+            self._buf += part
+            sentence = _first_sentence(self._buf)
+            if sentence is not None:
+                self._found = True
+                topic = sentence
+        return topic
+
+
+def _first_sentence(text: str) -> str | None:
+    """The first complete sentence of ``text`` (followed by whitespace), if any."""
+    stripped = text.lstrip()
+    offset = len(text) - len(stripped)
+    for end in sentence_ends(stripped):
+        if end < len(stripped) and stripped[end].isspace():
+            return " ".join(text[offset : offset + end].split())
+    return None

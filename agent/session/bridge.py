@@ -51,27 +51,31 @@ from livekit.agents.voice.events import (
 )
 
 from alicia.agent.engine.assembler import TurnAssembler
-from alicia.agent.engine.events import TurnEvent, TurnStatus, Usage
+from alicia.agent.engine.events import StepReady, TurnEvent, TurnStatus, Usage
 from alicia.agent.engine.participants import (
+    REASONING_GRANT,
     InvalidState,
     LLMUnavailable,
     Overloaded,
     Participant,
     TurnRequest,
+    visibility_of,
 )
 from alicia.agent.engine.projection import TurnProjection
+from alicia.agent.engine.remarks import SpokenLevel, spoken_level
 from alicia.agent.engine.session import ProtocolSession
 from alicia.agent.engine.sink import StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
-from alicia.agent.rooms.transport import RoomTransport
+from alicia.agent.rooms.transport import RoomTransport, peer_of
+from alicia.agent.session.progress import ProgressSpeaker, Remark
 from alicia.agent.settings import Settings
+from alicia.protocol import Commentary, new_id
 from alicia.protocol import ids as id_prefix
-from alicia.protocol import new_id
 
 if TYPE_CHECKING:
     from alicia.agent.engine.sealing import DataKeys
 
-__all__ = ["ReasoningBridge", "attach_reasoning"]
+__all__ = ["REMARK_TYPE", "ReasoningBridge", "attach_reasoning"]
 
 logger = logging.getLogger("alicia.bridge")
 
@@ -80,6 +84,13 @@ _MAX_PENDING: Final = 65_536
 _MAX_HELD: Final = 65_536
 """Observed pieces a not yet scheduled speech holds; past it they are dropped."""
 _SEED_TIMEOUT_S: Final = 1.0
+_LISTENERS: Final = (
+    rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD,
+    rtc.ParticipantKind.PARTICIPANT_KIND_SIP,
+)
+"""Participant kinds that are people listening (not agents, ingress or egress)."""
+REMARK_TYPE: Final = "progress"
+"""``commentType`` of the Commentary that announces a spoken progress remark."""
 _TOOL_TIMEOUT_MS: Final = 30_000
 """``timeoutMs`` announced for the session's tools (livekit-agents sets none)."""
 
@@ -134,6 +145,7 @@ class ReasoningBridge:
         self._held_tasks: set[asyncio.Task[None]] = set()
         """One per held speech: waits until it is scheduled or done."""
         self._unobserve: Callable[[], None] | None = None
+        self._progress: ProgressSpeaker | None = None
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------
@@ -162,6 +174,16 @@ class ReasoningBridge:
                 "the session's LLM does not report reasoning: no ReasoningSteps are sent "
                 "(use agent.session.AliciaLLM)"
             )
+        if self.speaks and self._settings.spoken_progress != "off":
+            self._progress = ProgressSpeaker(
+                s,
+                policy=self._settings.spoken_progress,
+                delay_s=self._settings.progress_delay_s,
+                gap_s=self._settings.progress_gap_s,
+                level=self.listening_level,
+                on_remark=lambda remark: self._later(lambda: self._remark(remark)),
+            )
+            self._progress.start()
         self._tasks = [
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
             asyncio.create_task(self._pump(), name="alicia-bridge-pump"),
@@ -179,6 +201,8 @@ class ReasoningBridge:
         s.off("close", self._on_close)
         if self._unobserve is not None:
             self._unobserve()
+        if self._progress is not None:
+            await self._progress.aclose()
         tasks = [*self._tasks, *self._held_tasks]
         for task in tasks:
             task.cancel()
@@ -214,6 +238,8 @@ class ReasoningBridge:
             raise InvalidState("this agent cannot edit or regenerate earlier messages")
         if len(self._requests) >= self._settings.queue_size:
             raise Overloaded(f"{len(self._requests)} turns already waiting")
+        if self._progress is not None:
+            self._progress.front()  # in the queue before the answer
         handle = self._agent_session.generate_reply(user_input=request.text)
         self._requests[handle.id] = request
 
@@ -259,6 +285,8 @@ class ReasoningBridge:
 
     def _on_speech_created(self, ev: SpeechCreatedEvent) -> None:
         handle = ev.speech_handle
+        if self._progress is not None and self._progress.is_remark(handle):
+            return  # a progress remark is not a turn
         self._later(lambda: self._open(handle))
         handle.add_done_callback(lambda h: self._later(lambda: self._close(h)))
 
@@ -276,12 +304,20 @@ class ReasoningBridge:
 
     def reasoning(self, round_id: str, text: str, *, summary: bool) -> None:
         """Reasoning text of the current speech's round, as it streams."""
+        if self._progress is not None and not summary:
+            handle = _speech_of_task() or self._agent_session.current_speech
+            if handle is not None:
+                self._progress.reasoning(handle, text)
         turn = self._current_turn()
         if turn is not None:
             self._later(lambda: self._piece(turn, lambda a: a.reasoning(text, summary=summary)))
 
     def answer(self, round_id: str, text: str) -> None:
         """Answer text of the current speech's round, as it streams."""
+        if self._progress is not None:
+            handle = _speech_of_task() or self._agent_session.current_speech
+            if handle is not None:
+                self._progress.answer(handle, text)
         turn = self._current_turn()
         if turn is not None:
             self._later(lambda: self._piece(turn, lambda a: a.answer_text(text)))
@@ -295,11 +331,44 @@ class ReasoningBridge:
         error: BaseException | None,
     ) -> None:
         """The round is over: its tool calls (run next by the session), usage, error."""
+        self._answering()
         turn = self._current_turn()
         if turn is None:
             return
         calls = list(tool_calls)
         self._later(lambda: self._round_end(turn, calls, usage, error))
+
+    def _answering(self) -> None:
+        """The current speech's model stopped reasoning: its progress remarks end now."""
+        if self._progress is not None:
+            handle = _speech_of_task() or self._agent_session.current_speech
+            if handle is not None:
+                self._progress.answered(handle)
+
+    def listening_level(self) -> SpokenLevel:
+        """What may be spoken aloud: the level every human listener in the room holds."""
+        levels = [
+            visibility_of(peer_of(p).grant(REASONING_GRANT), self._settings.reasoning_visibility)
+            for p in self._room.remote_participants.values()
+            if p.kind in _LISTENERS
+        ]
+        return spoken_level(levels)
+
+    async def _remark(self, remark: Remark) -> None:
+        """Announce a remark being spoken to the protocol clients (type 15 Commentary)."""
+        assert self.session is not None
+        turn = self._turns.get(remark.answer.id)
+        target = turn.request.user_id if turn is not None and turn.request is not None else None
+        body = Commentary(
+            id=new_id(id_prefix.COMMENTARY),
+            conversation_id=self.session.id,
+            target_id=target,
+            author_role="assistant",
+            content=remark.text,
+            comment_type=REMARK_TYPE,
+            timestamp=int(time.time() * 1000),
+        )
+        await self.session.outbox.send(body, self.session.clients(), everyone=True)
 
     def _current_turn(self) -> _Turn | None:
         """The turn of the speech whose LLM round is running in this task."""
@@ -435,6 +504,8 @@ class ReasoningBridge:
     async def _emit(self, turn: _Turn, events: list[TurnEvent]) -> None:
         assert turn.projection is not None
         for event in events:
+            if isinstance(event, StepReady) and event.summary and self._progress is not None:
+                self._progress.step(turn.handle, event.summary)  # the provider's own
             await turn.projection.emit(event)
 
     async def _round_end(
