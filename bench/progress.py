@@ -9,8 +9,10 @@ records every audio frame of the agent. For each policy (``off``, ``cue``, ``sum
 
 * ``silence_max``: the longest stretch without agent audio between the end of the
   question and the end of the answer (max over the trials);
-* the answer's first audio after the model's first answer token reached the client
-  (``answer_delay`` = p50 with remarks (cue and summary) - p50 with ``off``);
+* the answer's first audio after the model's first answer token left the recorded
+  server (``answer_delay`` = p50 with remarks (cue and summary) - p50 with ``off``; with
+  remarks it is dated back from the answer's end by the answer's length in the ``off``
+  trials, since a remark that is cut runs straight into the answer);
 * the reasoning's canary phrases heard by pocketsphinx's keyword spotting (all trials).
 
 Last line::
@@ -42,6 +44,7 @@ from livekit import rtc
 from livekit.agents import Agent, AgentSession
 from livekit.agents.voice import room_io
 
+from alicia.agent.rooms.voice_agent import VoiceParts, turn_handling
 from alicia.agent.session import AliciaLLM, attach_reasoning
 from alicia.agent.session.bridge import session_settings
 from alicia.agent.speech import load_vad, offline_speech
@@ -79,7 +82,11 @@ async def agent_in(
     speech = offline_speech(vad_=load_vad())
     model = AliciaLLM(model="recorded-model", base_url=base_url, api_key="bench")
     session: AgentSession[Any] = AgentSession(
-        stt=speech.stt, tts=speech.tts, vad=speech.vad, llm=model
+        stt=speech.stt,
+        tts=speech.tts,
+        vad=speech.vad,
+        llm=model,
+        turn_handling=turn_handling(VoiceParts(speech.stt, speech.tts, speech.vad)),
     )
     bridge = None
     try:
@@ -105,6 +112,9 @@ class Trial:
 
     silence_max_s: float
     answer_after_token_s: float | None
+    """The first sound that starts after the first answer token (``off``: the answer)."""
+    end_after_token_s: float | None
+    """The end of the answer's audio after the first answer token."""
     first_sound_s: float | None
     remarks: tuple[str, ...]
     runs: tuple[tuple[float, float], ...]
@@ -156,6 +166,7 @@ async def trial(
     return Trial(
         silence_max_s=recorder.longest_silence(ended, end),
         answer_after_token_s=None if onset is None or token_at is None else onset - token_at,
+        end_after_token_s=None if token_at is None else end - token_at,
         first_sound_s=loud[0] - ended if loud else None,
         remarks=tuple(c.content for c in protocol.of(Commentary)),
         runs=tuple((round(a - ended, 2), round(b - ended, 2)) for a, b in runs),
@@ -209,12 +220,28 @@ async def main(
         values = [t.silence_max_s * 1000 for t in results.get(policy, [])]
         return f"{max(values):.0f}" if values else "nan"
 
+    # With remarks, a remark can still be playing when the answer starts (it is cut and
+    # the answer follows within a few hundred ms), so the answer's first sound is dated
+    # back from its end by the answer's own length, measured in the ``off`` trials (the
+    # same text through the same TTS).
+    spans = [
+        t.end_after_token_s - t.answer_after_token_s
+        for t in results.get("off", [])
+        if t.end_after_token_s is not None and t.answer_after_token_s is not None
+    ]
+    span = percentile(spans, 50) if spans else None
+
+    def onset_after_token(t: Trial, policy: str) -> float | None:
+        if policy == "off" or span is None or t.end_after_token_s is None:
+            return t.answer_after_token_s
+        return t.end_after_token_s - span
+
     def after_token(policy_set: tuple[str, ...]) -> float:
         values = [
-            t.answer_after_token_s * 1000
+            v * 1000
             for p in policy_set
             for t in results.get(p, [])
-            if t.answer_after_token_s is not None
+            if (v := onset_after_token(t, p)) is not None
         ]
         return percentile(values, 50) if values else float("nan")
 

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from livekit.agents import Agent, AgentSession, JobContext, stt, tts, vad
+from livekit.agents import Agent, AgentSession, JobContext, TurnHandlingOptions, stt, tts, vad
 
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.session.bridge import attach_reasoning
@@ -29,7 +29,7 @@ from alicia.agent.session.llm import AliciaLLM
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings
 
-__all__ = ["VoiceParts", "load_plugin", "serve_voice_room", "voice_parts"]
+__all__ = ["VoiceParts", "load_plugin", "serve_voice_room", "turn_handling", "voice_parts"]
 
 logger = logging.getLogger("alicia.voice")
 
@@ -67,6 +67,14 @@ def voice_parts(settings: Settings) -> VoiceParts:
     )
 
 
+def turn_handling(parts: VoiceParts) -> TurnHandlingOptions:
+    """With a VAD, turns end on the VAD and the endpointing delay. livekit-agents'
+    default turn detector is LiveKit Inference's: a cloud model (in dev mode) or weights
+    downloaded at start, neither of which an offline voice room has (each turn then waits
+    seconds for a prediction that never comes)."""
+    return TurnHandlingOptions(turn_detection="vad") if parts.vad is not None else {}
+
+
 async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     """Serve the job's (connected) room with an AgentSession and the reasoning bridge."""
     parts = voice_parts(settings)
@@ -76,7 +84,9 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
         if part is not None
     }
     session: AgentSession[Any] = AgentSession(
-        llm=AliciaLLM.from_settings(settings, conversation_id=ctx.room.name), **speech
+        llm=AliciaLLM.from_settings(settings, conversation_id=ctx.room.name),
+        turn_handling=turn_handling(parts),
+        **speech,
     )
     tools = session_tools(default_tools()) if settings.tools_enabled else []
     agent = Agent(instructions=settings.system_prompt, tools=tools)

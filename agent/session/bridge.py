@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 from livekit import rtc
 from livekit.agents import AgentSession, llm
 from livekit.agents.voice import SpeechHandle
@@ -89,6 +90,8 @@ _LISTENERS: Final = (
     rtc.ParticipantKind.PARTICIPANT_KIND_SIP,
 )
 """Participant kinds that are people listening (not agents, ingress or egress)."""
+META_SEALED: Final = "alicia.sealed"
+"""Stored meta of a remark kept under zero data retention: its sealed text."""
 REMARK_TYPE: Final = "progress"
 """``commentType`` of the Commentary that announces a spoken progress remark."""
 _TOOL_TIMEOUT_MS: Final = 30_000
@@ -368,7 +371,14 @@ class ReasoningBridge:
             comment_type=REMARK_TYPE,
             timestamp=int(time.time() * 1000),
         )
-        await self.session.outbox.send(body, self.session.clients(), everyone=True)
+        s, zdr = self.session, self._settings.zdr
+        # What was spoken is stored like a step: as it is, or under zero data retention
+        # only sealed with the conversation's data key (a store-only copy).
+        await s.outbox.send(body, s.clients(), everyone=True, store=not zdr)
+        if zdr and s.data_sealer is not None:
+            sealed = s.data_sealer.seal(s.id, remark.text, knd="remark", ref=body.id)
+            kept = msgspec.structs.replace(body, content="")
+            await s.outbox.send(kept, [], store_meta={META_SEALED: sealed})
 
     def _current_turn(self) -> _Turn | None:
         """The turn of the speech whose LLM round is running in this task."""

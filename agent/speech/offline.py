@@ -8,6 +8,7 @@ from typing import Any
 
 from livekit.agents import stt, tts, vad
 
+from .early import EarlyStreamAdapter
 from .espeak import EspeakTTS
 from .sphinx import PocketSphinxSTT
 
@@ -44,11 +45,11 @@ class OfflineSpeech:
 
 
 def offline_speech(*, vad_: vad.VAD | None = None) -> OfflineSpeech:
-    """pocketsphinx streamed through livekit-agents' StreamAdapter with Silero VAD, and
-    espeak-ng."""
+    """pocketsphinx streamed through livekit-agents' StreamAdapter with Silero VAD (each
+    utterance recognized as soon as its silence begins), and espeak-ng."""
     detector = vad_ or load_vad()
     return OfflineSpeech(
-        stt=stt.StreamAdapter(stt=PocketSphinxSTT(), vad=detector),
+        stt=EarlyStreamAdapter(stt=PocketSphinxSTT(), vad=detector),
         tts=EspeakTTS(),
         vad=detector,
     )
