@@ -18,6 +18,7 @@ from alicia.harness import PostgresServer
 __all__ = ["TABLES", "clear", "fetch", "new_database", "utc"]
 
 TABLES = (
+    "alicia_remarks",
     "alicia_tool_uses",
     "alicia_reasoning_steps",
     "alicia_sentences",

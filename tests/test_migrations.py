@@ -22,6 +22,7 @@ from alicia.agent.storage.tables import TABLE_NAMES, Base
 from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
 from alicia.protocol import (
     AssistantMessage,
+    Commentary,
     Envelope,
     ReasoningStep,
     StartAnswer,
@@ -132,12 +133,12 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
     assert await schema(empty_url) == {
         "tables": set(TABLE_NAMES),
         "views": VIEWS,
-        "version": "0006",
+        "version": "0007",
     }
     await migrate(empty_url, "base", downgrade=True)
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)  # and back up again
-    assert (await schema(empty_url))["version"] == "0006"
+    assert (await schema(empty_url))["version"] == "0007"
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(
@@ -152,6 +153,7 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
         "alicia_conversations": 1,
         "alicia_messages": 2,
         "alicia_reasoning_steps": 1,
+        "alicia_remarks": 0,
         "alicia_sent_log": 0,
         "alicia_sentences": 0,
         "alicia_tool_uses": 1,
@@ -160,7 +162,7 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     assert (view["answers"], view["steps"]) == (1, 1)
 
     await migrate(empty_url, "0001", downgrade=True)  # views and keys go, data stays
-    later = {"alicia_conversation_keys", "alicia_sent_log", "alicia_agents"}
+    later = {"alicia_conversation_keys", "alicia_sent_log", "alicia_agents", "alicia_remarks"}
     assert await schema(empty_url) == {
         "tables": set(TABLE_NAMES) - later,
         "views": set(),
@@ -179,7 +181,7 @@ async def test_upgrade_and_downgrade_on_a_populated_database(
     assert await counts(empty_url) == dict.fromkeys(before, 0)
 
 
-LATER = {"alicia_sent_log", "alicia_agents"}
+LATER = {"alicia_sent_log", "alicia_agents", "alicia_remarks"}
 """Tables of migrations after 0004."""
 USAGE_COLUMNS = ["prompt_tokens", "completion_tokens", "reasoning_tokens", "first_reasoning_ms"]
 
@@ -246,7 +248,7 @@ async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Pat
 
     await migrate(empty_url, "0003", downgrade=True)  # columns go, rows and 0002 views stay
     assert await schema(empty_url) == {
-        "tables": set(TABLE_NAMES) - {"alicia_sent_log", "alicia_agents"},
+        "tables": set(TABLE_NAMES) - LATER,
         "views": VIEWS,
         "version": "0003",
     }
@@ -265,6 +267,65 @@ async def test_usage_columns_and_views_up_and_down(empty_url: str, tmp_path: Pat
     )
     assert row == dict.fromkeys(USAGE_COLUMNS)
     assert await counts(empty_url, without=LATER) == before
+
+
+async def test_remarks_table_up_and_down(empty_url: str, tmp_path: Path) -> None:
+    await migrate(empty_url, "0006")
+    assert "alicia_remarks" not in (await schema(empty_url))["tables"]
+    await migrate(empty_url)  # 0006 -> 0007
+    assert (await schema(empty_url))["version"] == "0007"
+    assert await columns(empty_url, "alicia_remarks") == [
+        "id",
+        "conversation_id",
+        "target_id",
+        "sequence_number",
+        "content",
+        "sealed",
+        "spoken_at",
+        "sent_at",
+        "created_at",
+        "updated_at",
+        "deleted_at",
+    ]
+    await populate(empty_url, tmp_path)
+    remark = envelope(
+        Commentary(
+            id="cm_1",
+            conversation_id="conv_migr",
+            target_id="msg_u",
+            author_role="assistant",
+            content="Still thinking.",
+            comment_type="progress",
+            timestamp=1_767_225_600_000,
+        ),
+        stanza_id=-5,
+        conversation_id="conv_migr",
+    )
+    async with StorageWriter(
+        empty_url, WriterOptions(spill_dir=tmp_path / "spill", migrate=False)
+    ) as w:
+        w.submit(remark)
+        await w.flush(timeout=30)
+    [row] = await fetch(empty_url, "SELECT id, content FROM alicia_remarks")
+    assert (row["id"], row["content"]) == ("cm_1", "Still thinking.")
+    before = await counts(empty_url, without={"alicia_remarks"})
+
+    await migrate(empty_url, "0006", downgrade=True)  # the table goes, the rest stays
+    assert await schema(empty_url) == {
+        "tables": set(TABLE_NAMES) - {"alicia_remarks"},
+        "views": VIEWS,
+        "version": "0006",
+    }
+    assert await counts(empty_url, without={"alicia_remarks"}) == before
+
+    await migrate(empty_url)  # up again: empty, and written to as before
+    assert await fetch(empty_url, "SELECT id FROM alicia_remarks") == []
+    async with StorageWriter(
+        empty_url, WriterOptions(spill_dir=tmp_path / "spill2", migrate=False)
+    ) as w:
+        w.submit(remark)
+        await w.flush(timeout=30)
+    assert await fetch(empty_url, "SELECT id FROM alicia_remarks") == [{"id": "cm_1"}]
 
 
 async def test_models_match_the_migrations(empty_url: str) -> None:
@@ -325,8 +386,11 @@ def test_alembic_command_line_upgrades_and_downgrades(tmp_path: Path) -> None:
 
     upgraded = alembic("upgrade", "head")
     assert "0001 -> 0002" in upgraded and "0003 -> 0004" in upgraded
-    assert "0006 (head)" in alembic("current")
+    assert "0006 -> 0007" in upgraded
+    assert "0007 (head)" in alembic("current")
     assert "0001 -> , " in alembic("downgrade", "base")
     sql = alembic("upgrade", "head", "--sql")  # offline mode renders the DDL
     assert "CREATE TABLE alicia_reasoning_steps" in sql and "CREATE VIEW alicia_model_daily" in sql
     assert "ALTER TABLE alicia_messages ADD COLUMN reasoning_tokens INTEGER" in sql
+    assert "CREATE TABLE alicia_remarks" in sql
+    assert "CREATE INDEX ix_alicia_remarks_conversation_spoken" in sql

@@ -23,6 +23,7 @@ from .rows import Rows, join_sentences
 from .tables import conversations as CONVERSATIONS
 from .tables import messages as MESSAGES
 from .tables import reasoning_steps as STEPS
+from .tables import remarks as REMARKS
 from .tables import sent_log as SENT_LOG
 from .tables import sentences as SENTENCES
 from .tables import tool_uses as TOOL_USES
@@ -128,6 +129,7 @@ class Dialect:
                 or rows.incomplete
                 or rows.figures
                 or rows.sent
+                or rows.remarks
             )
             and all(v[2] is None for v in rows.convs.values())
         )
@@ -211,6 +213,12 @@ class Dialect:
                 await self._steps(conn, rows.steps)
         if rows.tool_requests:
             await self._tool_requests(conn, rows)
+        if rows.remarks:
+            # Keyed by the Commentary id: a re-delivered remark changes nothing.
+            await conn.execute(
+                self.insert(REMARKS).on_conflict_do_nothing(index_elements=["id"]),
+                list(rows.remarks.values()),
+            )
         if rows.tool_results:
             t = TOOL_USES
             # The first result of a request wins: a re-delivered one changes nothing.

@@ -23,6 +23,7 @@ from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_FROM, META_SE
 from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
+    Commentary,
     Configuration,
     ControlStop,
     Envelope,
@@ -37,7 +38,14 @@ from alicia.protocol import (
 
 from .spill import Item
 
-__all__ = ["Rows", "build_rows", "join_sentences"]
+__all__ = ["META_SEALED", "REMARK_TYPE", "Rows", "build_rows", "join_sentences"]
+
+META_SEALED: Final = "alicia.sealed"
+"""Meta key of a stored remark (never sent), under zero data retention: its text sealed
+with the conversation's data key. The row keeps only that (``content`` NULL), whatever
+the envelope's ``content`` holds."""
+REMARK_TYPE: Final = "progress"
+"""``commentType`` of an assistant Commentary that announces a spoken progress remark."""
 
 _UTC: Final = dt.UTC
 
@@ -173,6 +181,8 @@ class Rows:
     final_seen: set[str] = field(default_factory=set)
     sent: list[dict[str, Any]] = field(default_factory=list)
     """``alicia_sent_log`` rows (failover: envelopes as sent)."""
+    remarks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``alicia_remarks`` rows by Commentary id (the first of the batch wins)."""
 
     def conv(self, cid: str) -> list[Any]:
         c = self.convs.get(cid)
@@ -374,7 +384,48 @@ def build_rows(items: Iterable[Item]) -> Rows:
                 "enableReordering": body.enable_reordering,
             }
             rows.conv(cid_env)[2] = _json({k: v for k, v in prefs.items() if v is not None})
+        elif (
+            kind is Commentary
+            and body.author_role == "assistant"
+            and body.comment_type == REMARK_TYPE
+            and env.stanza_id <= 0  # sent by the agent: a client cannot make one up
+        ):
+            cid = body.conversation_id or cid_env
+            if cid and body.id not in rows.remarks:
+                rows.conv(cid)
+                rows.remarks[body.id] = _remark_row(body, cid, env, at)
     return rows
+
+
+def _remark_row(body: Commentary, cid: str, env: Envelope[Any], at: dt.datetime) -> dict[str, Any]:
+    """An ``alicia_remarks`` row: the spoken text, or under zero data retention (meta
+    :data:`META_SEALED`) only its sealed value, never the plaintext."""
+    meta = env.meta
+    if meta and META_SEALED in meta:
+        sealed = meta[META_SEALED]
+        content, kept = None, _text(sealed) if isinstance(sealed, str) else None
+    else:
+        content, kept = _text(body.content), None
+    return {
+        "id": body.id,
+        "conversation_id": cid,
+        "target_id": _text(body.target_id) if body.target_id else None,
+        "sequence_number": abs(env.stanza_id),
+        "content": content,
+        "sealed": kept,
+        "spoken_at": _epoch_ms(body.timestamp) or at,
+        "sent_at": at,
+    }
+
+
+def _epoch_ms(value: Any) -> dt.datetime | None:
+    """A ``timestamp`` (ms since the epoch) as an aware UTC time; None if unusable."""
+    if type(value) is not int or value <= 0:
+        return None
+    try:
+        return dt.datetime.fromtimestamp(value / 1000, _UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def _participant(meta: dict[str, Any] | None) -> str | None:

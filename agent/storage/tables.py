@@ -27,7 +27,10 @@ Columns beyond §5, for analytics and for a writer that must never lose a step:
   text (storage-only envelope meta, :mod:`alicia.agent.engine.sink`); NULL when not reported;
 * ``alicia_sentences`` — AssistantSentence chunks (idempotent by ``(message_id,
   sentence_sequence_number)``); the answer's ``contents`` is their join;
-* ``alicia_tool_uses.conversation_id``, ``execution``, ``error_code``.
+* ``alicia_tool_uses.conversation_id``, ``execution``, ``error_code``;
+* ``alicia_remarks`` — the progress remarks the agent spoke while its model reasoned
+  (assistant ``progress`` Commentary), as spoken or, under zero data retention, only
+  ``sealed`` with the conversation's data key.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Double,
     Enum,
@@ -68,6 +72,7 @@ __all__ = [
     "Message",
     "MessageRole",
     "ReasoningStep",
+    "Remark",
     "SentLog",
     "Sentence",
     "SyncStatus",
@@ -77,6 +82,7 @@ __all__ = [
     "conversations",
     "messages",
     "reasoning_steps",
+    "remarks",
     "sent_log",
     "sentences",
     "tool_uses",
@@ -307,6 +313,37 @@ class ToolUse(_Timestamps, Base):
     )
 
 
+class Remark(_Timestamps, Base):
+    """A progress remark the agent spoke while its model reasoned (type 15 Commentary,
+    ``authorRole`` assistant, ``commentType`` progress), keyed by the Commentary id."""
+
+    __tablename__ = "alicia_remarks"
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("alicia_conversations.id", ondelete="CASCADE")
+    )
+    target_id: Mapped[str | None]
+    """The user message the remark answers (``targetId``; not a foreign key: the remark
+    is kept whatever becomes of the message)."""
+    sequence_number: Mapped[int] = mapped_column(Integer)
+    """``|stanzaId|`` of the envelope that announced it."""
+    content: Mapped[str | None]
+    """The spoken text; NULL when only ``sealed`` is kept."""
+    sealed: Mapped[str | None]
+    """Under zero data retention, the spoken text sealed with the conversation's data key
+    (JWE bound to ``knd`` remark and ``ref`` = ``id``); NULL otherwise."""
+    spoken_at: Mapped[dt.datetime] = mapped_column(server_default=_now())
+    """The Commentary ``timestamp`` (else the envelope's time)."""
+    sent_at: Mapped[dt.datetime] = mapped_column(server_default=_now())
+
+    __table_args__ = (
+        CheckConstraint("content IS NULL OR sealed IS NULL", name="plaintext_or_sealed"),
+        Index("ix_alicia_remarks_conversation_spoken", "conversation_id", "spoken_at"),
+        Index("ix_alicia_remarks_target_id", "target_id"),
+    )
+
+
 class ConversationKey(Base):
     """A conversation's data key, wrapped by the deployment's master key (JWE).
 
@@ -383,6 +420,8 @@ reasoning_steps: Final = _table(ReasoningStep)
 """``alicia_reasoning_steps`` as a Core ``Table``."""
 tool_uses: Final = _table(ToolUse)
 """``alicia_tool_uses`` as a Core ``Table``."""
+remarks: Final = _table(Remark)
+"""``alicia_remarks`` as a Core ``Table``."""
 conversation_keys: Final = _table(ConversationKey)
 """``alicia_conversation_keys`` as a Core ``Table``."""
 sent_log: Final = _table(SentLog)
