@@ -57,7 +57,7 @@ from bench.voice import agent_token
 from tests.livekit_helpers import ProtocolClient
 
 SHAPE = "vllm_progress"
-CANARIES = ("purple elephant", "silver kettle")
+CANARIES = ("yellow submarine", "silver kettle")
 POLICIES = ("off", "cue", "summary")
 
 

@@ -65,6 +65,9 @@ logger = logging.getLogger("alicia.progress")
 
 _BIND_TIMEOUT_S: Final = 1.0
 """How long a progress speech waits for the answer it stands in front of."""
+_MIN_AFTER_TURN_S: Final = 0.7
+"""However late the turn ended, the model gets this long before the first remark: a
+fast model's answer is never preceded by one."""
 _LEAD_S: Final = 0.4
 """A remark is chosen and synthesized this long before it is due."""
 _STALE_END_S: Final = 10.0
@@ -322,7 +325,7 @@ class ProgressSpeaker:
             if ended is None or now - ended > _STALE_END_S:  # typed input, or long ago
                 ended = now
             due = (
-                max(ended + self._delay_s, now)
+                max(ended + self._delay_s, box.at + min(self._delay_s, _MIN_AFTER_TURN_S), now)
                 if a.quiet_since is None
                 else a.quiet_since + self._gap_s
             )
@@ -386,6 +389,8 @@ class _Box:
     """The progress speech's handle, once ``say()`` returned it."""
 
     handle: SpeechHandle | None = None
+    at: float = dataclasses.field(default_factory=time.monotonic)
+    """When the progress speech was queued (the user's turn ended)."""
 
 
 async def _texts(queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:

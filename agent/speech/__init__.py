@@ -10,9 +10,12 @@ espeak-ng's ``en-us+klatt`` voice at 160 words per minute, audio resampled to 16
 pocketsphinx, a faint noise floor around the speech, long audio split at pauses.
 """
 
-from .espeak import EspeakTTS
-from .offline import OfflineSpeech, load_vad, offline_speech, register_plugins
-from .sphinx import PocketSphinxSTT
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .espeak import EspeakTTS
+    from .offline import OfflineSpeech, load_vad, offline_speech, register_plugins
+    from .sphinx import PocketSphinxSTT
 
 __all__ = [
     "EspeakTTS",
@@ -22,3 +25,21 @@ __all__ = [
     "offline_speech",
     "register_plugins",
 ]
+
+_HOMES = {
+    "EspeakTTS": "espeak",
+    "OfflineSpeech": "offline",
+    "PocketSphinxSTT": "sphinx",
+    "load_vad": "offline",
+    "offline_speech": "offline",
+    "register_plugins": "offline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import on first use: the recognizer process imports only :mod:`.decoding`."""
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)

@@ -4,14 +4,15 @@ Non-streaming: an AgentSession streams it through ``stt.StreamAdapter`` with a V
 (:func:`alicia.agent.speech.offline_speech`), which hands it each utterance. Audio is resampled
 to 16 kHz (pocketsphinx gives garbage at other rates), padded with a faint noise floor
 (exact-zero silence breaks its noise and level estimates) and split at pauses of 0.6 s
-or more, each part decoded on its own in a thread.
+or more, each part decoded on its own (:mod:`.decoding`), in a process of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import queue
+import multiprocessing
 import threading
+from concurrent.futures import ProcessPoolExecutor
 from typing import Final, Never
 
 import numpy as np
@@ -19,17 +20,10 @@ from livekit import rtc
 from livekit.agents import stt, utils
 from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, APIConnectOptions, NotGivenOr
-from pocketsphinx import Decoder  # type: ignore[import-untyped]
 
-__all__ = ["PocketSphinxSTT", "decode", "to_16k"]
+from .decoding import RATE, decode_16k, recognize_16k, warm
 
-RATE: Final = 16_000
-_PAD_S: Final = 0.3
-_NOISE_RMS: Final = 20.0
-"""About -64 dB of full scale."""
-_PAUSE_S: Final = 0.6
-_FRAME_S: Final = 0.02
-_SILENCE_RMS: Final = 150.0
+__all__ = ["RATE", "PocketSphinxSTT", "decode", "to_16k"]
 
 
 def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
@@ -45,60 +39,10 @@ def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
     return np.concatenate([np.frombuffer(f.data, dtype=np.int16) for f in frames])
 
 
-def _parts(pcm: np.ndarray) -> list[np.ndarray]:
-    """``pcm`` (16 kHz) split at pauses of 0.6 s or more; silent parts dropped."""
-    step = int(RATE * _FRAME_S)
-    n = len(pcm) // step
-    if n == 0:
-        return []
-    frames = pcm[: n * step].astype(np.float32).reshape(n, step)
-    loud = np.sqrt((frames**2).mean(axis=1)) > _SILENCE_RMS
-    gap = int(_PAUSE_S / _FRAME_S)
-    parts: list[np.ndarray] = []
-    start: int | None = None
-    quiet = 0
-    for i, is_loud in enumerate(loud):
-        if is_loud:
-            start = i if start is None else start
-            quiet = 0
-        elif start is not None:
-            quiet += 1
-            if quiet >= gap:
-                parts.append(pcm[start * step : (i - quiet + 1) * step])
-                start, quiet = None, 0
-    if start is not None:
-        parts.append(pcm[start * step :])
-    return parts
-
-
-def _padded(part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    pad = int(RATE * _PAD_S)
-    body = np.concatenate([np.zeros(pad), part.astype(np.float64), np.zeros(pad)])
-    noisy = body + rng.normal(0.0, _NOISE_RMS, len(body))
-    return np.clip(noisy, -32768, 32767).astype(np.int16)
-
-
-def decode(pcm: np.ndarray, rate: int, *, decoder: Decoder | None = None) -> str:
-    """What pocketsphinx hears in mono int16 ``pcm`` at ``rate`` (blocking); ``decoder``
-    (one thread at a time) saves loading the model again (about 0.35 s)."""
-    audio = to_16k(pcm, rate)
-    rng = np.random.default_rng(0)
-    words: list[str] = []
-    if decoder is None:
-        decoder = new_decoder()
-    for part in _parts(audio):
-        decoder.start_utt()
-        decoder.process_raw(_padded(part, rng).tobytes(), full_utt=True)
-        decoder.end_utt()
-        hyp = decoder.hyp()
-        if hyp is not None and hyp.hypstr:
-            words.append(hyp.hypstr)
-    return " ".join(words)
-
-
-def new_decoder() -> Decoder:
-    """A pocketsphinx decoder with the wheel's en-us model, at :data:`RATE`."""
-    return Decoder(samprate=RATE, loglevel="FATAL")
+def decode(pcm: np.ndarray, rate: int) -> str:
+    """What pocketsphinx hears in mono int16 ``pcm`` at ``rate`` (blocking, in this
+    process)."""
+    return decode_16k(to_16k(pcm, rate))
 
 
 class PocketSphinxSTT(stt.STT[Never]):
@@ -107,7 +51,7 @@ class PocketSphinxSTT(stt.STT[Never]):
     def __init__(self) -> None:
         """The wheel's en-us acoustic model, language model and dictionary."""
         super().__init__(capabilities=stt.STTCapabilities(streaming=False, interim_results=False))
-        _SPARES.fill()  # the first utterance finds a decoder loaded
+        _recognizer()  # the first utterance finds the recognizer loaded
 
     @property
     def model(self) -> str:
@@ -130,51 +74,28 @@ class PocketSphinxSTT(stt.STT[Never]):
         pcm = np.frombuffer(frame.data, dtype=np.int16)
         if frame.num_channels > 1:
             pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
-        text = await asyncio.to_thread(self._decode, pcm, frame.sample_rate)
+        audio = to_16k(pcm, frame.sample_rate).tobytes()
+        text = await asyncio.get_running_loop().run_in_executor(_recognizer(), recognize_16k, audio)
         return stt.SpeechEvent(
             type=stt.SpeechEventType.FINAL_TRANSCRIPT,
             alternatives=[stt.SpeechData(language=LanguageCode("en"), text=text)],
         )
 
-    def _decode(self, pcm: np.ndarray, rate: int) -> str:
-        """:func:`decode` with a decoder loaded ahead of time (blocking)."""
-        return decode(pcm, rate, decoder=_SPARES.take())
+
+_POOL: ProcessPoolExecutor | None = None
+_POOL_LOCK: Final = threading.Lock()
 
 
-class _Spares:
-    """Fresh decoders loaded ahead of use, so an utterance does not wait for the model
-    (about 0.35 s). Each is used once: a decoder adapts to what it heard (its noise and
-    level estimates), and a reused one measurably hears worse."""
+def _recognizer() -> ProcessPoolExecutor:
+    """The process that recognizes speech for this one, started (and warmed) once.
 
-    def __init__(self, keep: int = 1) -> None:
-        self._keep = keep
-        self._ready: queue.SimpleQueue[Decoder] = queue.SimpleQueue()
-        self._loading = 0
-        self._lock = threading.Lock()
-
-    def take(self) -> Decoder:
-        """A fresh decoder (loaded now if none is ready); another starts loading."""
-        try:
-            decoder = self._ready.get_nowait()
-        except queue.Empty:
-            decoder = new_decoder()
-        self.fill()
-        return decoder
-
-    def fill(self) -> None:
-        """Start loading a decoder unless ``keep`` are ready or loading."""
-        with self._lock:
-            if self._ready.qsize() + self._loading >= self._keep:
-                return
-            self._loading += 1
-        threading.Thread(target=self._load, name="alicia-sphinx-load", daemon=True).start()
-
-    def _load(self) -> None:
-        try:
-            self._ready.put(new_decoder())
-        finally:
-            with self._lock:
-                self._loading -= 1
-
-
-_SPARES: Final = _Spares()
+    pocketsphinx holds the GIL while it decodes (about a second per utterance here), so
+    decoding in a thread stalls the event loop, and with it the VAD, the audio output and
+    every room of the process. A separate process leaves them running."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            context = multiprocessing.get_context("spawn")
+            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            _POOL.submit(warm)  # starts loading a decoder in the recognizer
+        return _POOL

@@ -501,7 +501,7 @@ OCEAN = Scenario(
 PROGRESS = Scenario(
     user="How long should I boil an egg?",
     steps=[
-        "Checking the boiling times for eggs. A purple elephant has nothing to do with "
+        "Checking the boiling times for eggs. A yellow submarine has nothing to do with "
         "cooking, so I will set that aside. The yolk is what changes most with time. A runny "
         "yolk needs less time in the water than a firm one.",
         "Comparing soft and hard yolks. A soft yolk is still runny in the middle after about "

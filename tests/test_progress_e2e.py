@@ -1,0 +1,325 @@
+"""Spoken progress, heard through the real worker, livekit-server and offline speech.
+
+The worker runs as ``python -m alicia.agent start`` with ``ALICIA_VOICE=offline``. The
+recorded ``vllm_progress`` stream is paced so that the model reasons for 8 s before its
+first answer token. A listening client speaks the question (espeak-ng) and records every
+audio frame of the agent; pocketsphinx tells what it heard:
+
+* a first remark within 2 s of the end of the question, no silence over 3 s before the
+  answer, then the answer; a summary remark's words come from a paragraph's first
+  sentence; the canaries of the reasoning's other sentences are never heard;
+* a second listener granted ``none``: only cues are heard;
+* a model that answers within the delay: no remark at all;
+* speaking over a remark, or a ControlStop, ends it;
+* the LLM's next request holds no remark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+import pytest_asyncio
+from livekit import rtc
+
+from alicia.agent.engine.remarks import CUES, speakable
+from alicia.agent.session.bridge import REMARK_TYPE
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import Play, RecordedLLM
+from alicia.harness.speech import (
+    ROOM_RATE,
+    AudioRecorder,
+    Microphone,
+    speak,
+    spotted,
+    transcribe,
+)
+from alicia.protocol import (
+    AssistantSentence,
+    Commentary,
+    ControlStop,
+    StartAnswer,
+    Transcription,
+    UserMessage,
+    new_id,
+)
+from bench.progress import CANARIES, SHAPE, pace, sound_runs
+from tests.livekit_helpers import ProtocolClient, joined
+from tests.worker_proc import WorkerProcess, running_worker
+
+pytestmark = pytest.mark.integration
+
+PAD_S = 0.3
+"""``speak`` pads the speech with this much faint noise: the question ends before it."""
+ANSWER_WORDS = {"soft", "yolk", "boil", "egg", "minutes", "hard", "cold", "water"}
+
+
+@pytest_asyncio.fixture
+async def llm() -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM() as server:
+        server.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
+        yield server
+
+
+async def voice_worker(
+    livekit_server: LiveKitServer, llm: RecordedLLM, policy: str
+) -> AsyncIterator[WorkerProcess]:
+    env = {
+        "ALICIA_VOICE": "offline",
+        "ALICIA_REASONING_VISIBILITY": "none",
+        "ALICIA_SPOKEN_PROGRESS": policy,
+    }
+    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+        yield w
+
+
+@pytest_asyncio.fixture
+async def summary_worker(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> AsyncIterator[WorkerProcess]:
+    async for w in voice_worker(livekit_server, llm, "summary"):
+        yield w
+
+
+@pytest_asyncio.fixture
+async def cue_worker(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> AsyncIterator[WorkerProcess]:
+    async for w in voice_worker(livekit_server, llm, "cue"):
+        yield w
+
+
+def granted(server: LiveKitServer, room: str, identity: str, level: str) -> str:
+    return server.token(identity, room, attributes={"alicia.reasoning": level})
+
+
+async def until_quiet(recorder: AudioRecorder, since: float, *, quiet_s: float = 2.0) -> None:
+    """Wait until the agent has been silent for ``quiet_s`` after some sound (60 s max)."""
+    async with asyncio.timeout(60):
+        while not (loud := recorder.loud(after=since)) or time.monotonic() - loud[-1] < quiet_s:
+            await asyncio.sleep(0.2)
+
+
+class Listener:
+    """A participant that asks the question aloud and records everything the agent says."""
+
+    def __init__(self, room: rtc.Room, conversation: str) -> None:
+        self.room = room
+        self.recorder = AudioRecorder(room)
+        self.client = ProtocolClient(room, conversation)
+        self.mic = Microphone(room)
+        self.ended = 0.0
+        """When the question's speech ended (``time.monotonic()``)."""
+        self.answer_seen_at: float | None = None
+        """When the answer's first envelope arrived (it comes before its audio)."""
+
+    async def ask(self, text: str) -> None:
+        """Speak ``text`` once the agent is there (the question ends at :attr:`ended`)."""
+        await self.client.wait_for_agent()
+        await self.client.handshake()
+        await self.mic.start()
+        pcm, rate = speak(text)
+        watch = asyncio.create_task(self._watch_answer())
+        try:
+            self.ended = await self.mic.say(pcm, rate) - PAD_S
+        except BaseException:
+            watch.cancel()
+            raise
+        self._watch = watch
+
+    async def _watch_answer(self) -> None:
+        while not self.client.of(StartAnswer):
+            await asyncio.sleep(0.02)
+        self.answer_seen_at = time.monotonic()
+
+    async def hear_answer(self) -> float:
+        """Wait for the whole answer to be spoken; returns when its audio ended."""
+        await self.client.wait_for(AssistantSentence, within=90.0, is_final=True)
+        await until_quiet(self.recorder, self.ended)
+        self._watch.cancel()
+        return self.recorder.loud(after=self.ended)[-1]
+
+    def remarks(self) -> list[Commentary]:
+        return [c for c in self.client.of(Commentary) if c.comment_type == REMARK_TYPE]
+
+    def before_answer(self) -> np.ndarray:
+        """What was heard between the question and the answer's first envelope."""
+        assert self.answer_seen_at is not None
+        return self.recorder.pcm_between(self.ended, self.answer_seen_at)
+
+
+SUMMARY_WORDS = {"comparing", "soft", "hard", "yolks", "thinking", "altitude", "size"}
+SUMMARY_WORDS |= {"putting", "answer", "together", "checking", "boiling", "times", "eggs"}
+"""Words of the paragraphs' first sentences (none is in a cue)."""
+
+
+def assert_no_canary(listener: Listener, spoken: list[str]) -> None:
+    for canary in CANARIES:
+        assert canary not in " ".join(spoken).lower()
+        assert not spotted(listener.recorder.pcm(), ROOM_RATE, canary), canary
+
+
+async def test_remarks_fill_the_silence_with_summaries_and_never_the_reasoning(
+    livekit_server: LiveKitServer, llm: RecordedLLM, summary_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    room = f"progress-{new_id('r')}"
+    async with joined(
+        livekit_server, room, "alice", granted(livekit_server, room, "alice", "summary")
+    ) as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        transcript = await listener.client.wait_for(Transcription, within=60.0)
+        answer_end = await listener.hear_answer()
+        await listener.recorder.aclose()
+    log = summary_worker.log()
+    runs = sound_runs(listener.recorder.loud(after=listener.ended))
+    remarks = listener.remarks()
+    texts = [c.content for c in remarks]
+    # Heard: a first remark within 2 s, never 3 s of silence, then the answer.
+    assert runs[0][0] - listener.ended < 2.0, (runs, texts, log)
+    assert listener.recorder.longest_silence(listener.ended, answer_end) < 3.0, (runs, texts)
+    assert len(remarks) >= 2, texts
+    assert {c.target_id for c in remarks} == {transcript.id}
+    assert all(c.author_role == "assistant" for c in remarks)
+    assert texts[0] == CUES[0]  # the first remark acknowledges
+    topics = [speakable(step.split(". ")[0] + ".") for step in spec.steps]
+    assert [t for t in texts if t in topics], (texts, topics)
+    assert set(texts) <= {*topics, *CUES}, texts
+    assert len(texts) == len(set(texts))
+    remarks_heard = transcribe(listener.before_answer(), ROOM_RATE).split()
+    assert SUMMARY_WORDS & set(remarks_heard), remarks_heard
+    heard = transcribe(listener.recorder.pcm_between(listener.ended, answer_end), ROOM_RATE)
+    assert len(ANSWER_WORDS & set(heard.split())) >= 4, heard
+    assert_no_canary(listener, texts)
+    for canary in CANARIES:  # the check can fail: spoken, the canaries are heard
+        sentence = next(x for x in spec.reasoning.replace("\n", " ").split(". ") if canary in x)
+        assert spotted(*speak(sentence), canary), sentence
+
+
+async def test_a_listener_granted_none_who_joins_leaves_only_cues(
+    livekit_server: LiveKitServer, llm: RecordedLLM, summary_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    room = f"progress-none-{new_id('r')}"
+    alice = granted(livekit_server, room, "alice", "summary")
+    bob = granted(livekit_server, room, "bob", "none")
+    async with joined(livekit_server, room, "alice", alice) as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        await listener.client.wait_for(Commentary, within=30.0)  # then bob joins
+        async with joined(livekit_server, room, "bob", bob) as other:
+            joined_at = time.monotonic()
+            bob_hears = AudioRecorder(other)
+            await listener.hear_answer()
+            await listener.recorder.aclose()
+            await bob_hears.aclose()
+    texts = [c.content for c in listener.remarks()]
+    assert len(texts) >= 2, texts
+    assert set(texts) <= set(CUES), texts  # the first is a cue; bob lowers the rest
+    assert listener.answer_seen_at is not None
+    after_join = listener.recorder.pcm_between(joined_at, listener.answer_seen_at)
+    assert not SUMMARY_WORDS & set(transcribe(after_join, ROOM_RATE).split())
+    assert_no_canary(listener, texts)
+    for canary in CANARIES:
+        assert not spotted(bob_hears.pcm(), ROOM_RATE, canary)
+
+
+async def test_a_model_that_answers_within_the_delay_gets_no_remark(
+    livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.002))
+    room = f"progress-fast-{new_id('r')}"
+    async with joined(livekit_server, room, "alice") as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        await listener.hear_answer()
+        await listener.recorder.aclose()
+    assert listener.remarks() == []
+    assert listener.answer_seen_at is not None
+    # Nothing was said before the answer.
+    assert listener.recorder.loud(after=listener.ended)[0] > listener.answer_seen_at
+
+
+async def test_speaking_over_a_remark_interrupts_it(
+    livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    room = f"progress-barge-{new_id('r')}"
+    interruption, irate = speak("Wait, wait, that is enough for now.")
+    async with joined(livekit_server, room, "alice") as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        await listener.client.wait_for(Commentary, within=30.0)
+        async with asyncio.timeout(10):  # the remark is playing
+            while not listener.recorder.loud(after=listener.ended):
+                await asyncio.sleep(0.05)
+        spoke_at = time.monotonic()
+        await listener.mic.say(interruption, irate, trailing_silence_s=0.5)
+        message = await listener.client.wait_for(AssistantSentence, within=30.0, is_final=True)
+        await listener.recorder.aclose()
+    # The remark stopped soon after the user started speaking; the first answer was
+    # closed as stopped before it was spoken.
+    during = [
+        at
+        for at in listener.recorder.loud(after=spoke_at)
+        if at < spoke_at + len(interruption) / irate
+    ]
+    assert not during or during[-1] - spoke_at < 1.5, during
+    assert message.previous_id is not None
+
+
+async def test_a_stop_ends_a_remark_and_the_turn(
+    livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    room = f"progress-stop-{new_id('r')}"
+    async with joined(livekit_server, room, "alice") as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        remark = await listener.client.wait_for(Commentary, within=30.0)
+        async with asyncio.timeout(10):
+            while not listener.recorder.loud(after=listener.ended):
+                await asyncio.sleep(0.05)
+        stopped_at = time.monotonic()
+        await listener.client.send(
+            ControlStop(conversation_id=room, target_id=remark.target_id, stop_type="all")
+        )
+        final = await listener.client.wait_for(AssistantSentence, within=30.0, is_final=True)
+        await asyncio.sleep(3.0)
+        await listener.recorder.aclose()
+    loud = listener.recorder.loud(after=stopped_at)
+    assert not loud or loud[-1] - stopped_at < 1.0, loud
+    assert final.text == "" or final.previous_id is not None
+    assert len(listener.remarks()) == 1
+
+
+async def test_the_llm_never_reads_a_remark(
+    livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    room = f"progress-ctx-{new_id('r')}"
+    async with joined(livekit_server, room, "alice") as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        await listener.hear_answer()
+        texts = [c.content for c in listener.remarks()]
+        assert texts
+        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.002))
+        await listener.client.send(
+            UserMessage(id=new_id("m"), conversation_id=room, content="And a duck egg?")
+        )
+        async with asyncio.timeout(60):  # the second answer
+            while len([s for s in listener.client.of(AssistantSentence) if s.is_final]) < 2:
+                await asyncio.sleep(0.1)
+        await listener.recorder.aclose()
+    request = json.dumps(llm.requests[-1])
+    assert "And a duck egg?" in request
+    assert spec.answer.split(".")[0] in request  # the first answer is in the context
+    for text in texts:
+        assert text not in request, text
