@@ -96,6 +96,17 @@ TINY: Final = [
             "stale_rows",
         ),
     ),
+    (
+        "bench/progress.py",
+        ["--trials", "1", "--reasoning-s", "4"],
+        (
+            "silence_max_ms_off",
+            "silence_max_ms_cue",
+            "silence_max_ms_summary",
+            "answer_delay_ms",
+            "canary_heard",
+        ),
+    ),
 ]
 """Benchmarks against the real servers with tiny parameters (a migration or an API change
 that breaks one fails here, not silently)."""

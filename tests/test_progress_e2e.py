@@ -27,7 +27,7 @@ import pytest_asyncio
 from livekit import rtc
 
 from alicia.agent.engine.remarks import CUES, speakable
-from alicia.agent.session.bridge import REMARK_TYPE
+from alicia.agent.engine.sink import REMARK_TYPE
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.harness.speech import (

@@ -16,11 +16,11 @@ import pytest
 from storage_db import clear, execute, fetch, new_database
 
 from alicia.agent.engine.sealing import ReasoningSealer
-from alicia.agent.engine.sink import META_SENT
+from alicia.agent.engine.sink import META_SEALED, META_SENT
 from alicia.agent.storage import admin
 from alicia.agent.storage.dialect import Dialect
 from alicia.agent.storage.keys import KeyStore
-from alicia.agent.storage.rows import META_SEALED, build_rows
+from alicia.agent.storage.rows import build_rows
 from alicia.agent.storage.spill import Item, SpillDir
 from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
 from alicia.protocol import Commentary, Envelope, ReasoningStep, UserMessage, envelope

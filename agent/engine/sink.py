@@ -23,8 +23,10 @@ logger = logging.getLogger("alicia.storage")
 __all__ = [
     "META_FIRST_REASONING_MS",
     "META_FROM",
+    "META_SEALED",
     "META_SENT",
     "META_USAGE",
+    "REMARK_TYPE",
     "STORAGE_ONLY_META",
     "ConversationStore",
     "Fenced",
@@ -52,7 +54,19 @@ META_SENT: Final = "alicia.sent"
 sent, for the sent log: ``{"to": [identity, …] | None (everyone), "level": str | None,
 "data": bytes (as sent) | None, "sealed": str | None (those bytes sealed, under ZDR),
 "rows": bool (also stored as table rows)}``."""
-STORAGE_ONLY_META: Final = (META_USAGE, META_FIRST_REASONING_MS, META_FROM, META_SENT)
+META_SEALED: Final = "alicia.sealed"
+"""Meta key of a stored remark (never sent), under zero data retention: its text sealed
+with the conversation's data key. The row keeps only that (``content`` NULL), whatever
+the envelope's ``content`` holds."""
+REMARK_TYPE: Final = "progress"
+"""``commentType`` of an assistant Commentary that announces a spoken progress remark."""
+STORAGE_ONLY_META: Final = (
+    META_USAGE,
+    META_FIRST_REASONING_MS,
+    META_FROM,
+    META_SENT,
+    META_SEALED,
+)
 """Meta keys that only the stored copy of an envelope carries."""
 
 

@@ -65,7 +65,7 @@ from alicia.agent.engine.participants import (
 from alicia.agent.engine.projection import TurnProjection
 from alicia.agent.engine.remarks import SpokenLevel, spoken_level
 from alicia.agent.engine.session import ProtocolSession
-from alicia.agent.engine.sink import StepSink
+from alicia.agent.engine.sink import META_SEALED, REMARK_TYPE, StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
 from alicia.agent.rooms.transport import RoomTransport, peer_of
 from alicia.agent.session.progress import ProgressSpeaker, Remark
@@ -76,7 +76,7 @@ from alicia.protocol import ids as id_prefix
 if TYPE_CHECKING:
     from alicia.agent.engine.sealing import DataKeys
 
-__all__ = ["REMARK_TYPE", "ReasoningBridge", "attach_reasoning"]
+__all__ = ["ReasoningBridge", "attach_reasoning"]
 
 logger = logging.getLogger("alicia.bridge")
 
@@ -90,10 +90,6 @@ _LISTENERS: Final = (
     rtc.ParticipantKind.PARTICIPANT_KIND_SIP,
 )
 """Participant kinds that are people listening (not agents, ingress or egress)."""
-META_SEALED: Final = "alicia.sealed"
-"""Stored meta of a remark kept under zero data retention: its sealed text."""
-REMARK_TYPE: Final = "progress"
-"""``commentType`` of the Commentary that announces a spoken progress remark."""
 _TOOL_TIMEOUT_MS: Final = 30_000
 """``timeoutMs`` announced for the session's tools (livekit-agents sets none)."""
 

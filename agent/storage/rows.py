@@ -19,7 +19,14 @@ from typing import Any, Final
 
 import msgspec
 
-from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_FROM, META_SENT, META_USAGE
+from alicia.agent.engine.sink import (
+    META_FIRST_REASONING_MS,
+    META_FROM,
+    META_SEALED,
+    META_SENT,
+    META_USAGE,
+    REMARK_TYPE,
+)
 from alicia.protocol import (
     AssistantMessage,
     AssistantSentence,
@@ -38,14 +45,8 @@ from alicia.protocol import (
 
 from .spill import Item
 
-__all__ = ["META_SEALED", "REMARK_TYPE", "Rows", "build_rows", "join_sentences"]
+__all__ = ["Rows", "build_rows", "join_sentences"]
 
-META_SEALED: Final = "alicia.sealed"
-"""Meta key of a stored remark (never sent), under zero data retention: its text sealed
-with the conversation's data key. The row keeps only that (``content`` NULL), whatever
-the envelope's ``content`` holds."""
-REMARK_TYPE: Final = "progress"
-"""``commentType`` of an assistant Commentary that announces a spoken progress remark."""
 
 _UTC: Final = dt.UTC
 
