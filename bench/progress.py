@@ -33,7 +33,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,19 +41,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from livekit import rtc
-from livekit.agents import Agent, AgentSession
-from livekit.agents.voice import room_io
 
-from alicia.agent.rooms.voice_agent import VoiceParts, turn_handling
-from alicia.agent.session import AliciaLLM, attach_reasoning
-from alicia.agent.session.bridge import session_settings
-from alicia.agent.speech import load_vad, offline_speech
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import STREAMS_DIR, Play, RecordedLLM, read_events
 from alicia.harness.speech import ROOM_RATE, AudioRecorder, Microphone, speak, spotted
 from alicia.protocol import AssistantSentence, Commentary, new_id
 from bench._stats import percentile
-from bench.voice import agent_token
+from bench.voice import agent_in
 from tests.livekit_helpers import ProtocolClient
 
 SHAPE = "vllm_progress"
@@ -70,40 +64,6 @@ def pace(reasoning_s: float) -> float:
             if data["choices"][0]["delta"].get("content"):
                 return reasoning_s / i
     raise ValueError(f"{SHAPE} has no answer")
-
-
-@contextlib.asynccontextmanager
-async def agent_in(
-    server: LiveKitServer, base_url: str, room: str, env: Mapping[str, str]
-) -> AsyncIterator[None]:
-    """An AgentSession with offline speech, AliciaLLM and the bridge in ``room``."""
-    r = rtc.Room()
-    await r.connect(server.url, agent_token(server, room))
-    speech = offline_speech(vad_=load_vad())
-    model = AliciaLLM(model="recorded-model", base_url=base_url, api_key="bench")
-    session: AgentSession[Any] = AgentSession(
-        stt=speech.stt,
-        tts=speech.tts,
-        vad=speech.vad,
-        llm=model,
-        turn_handling=turn_handling(VoiceParts(speech.stt, speech.tts, speech.vad)),
-    )
-    bridge = None
-    try:
-        await session.start(
-            Agent(instructions="Be brief."),
-            room=r,
-            room_options=room_io.RoomOptions(close_on_disconnect=False),
-            record=False,
-        )
-        bridge = await attach_reasoning(session, r, settings=session_settings(env))
-        yield
-    finally:
-        if bridge is not None:
-            await bridge.aclose()
-        await session.aclose()
-        await model.aclose()
-        await r.disconnect()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +98,7 @@ async def trial(
 
     recorded.on_stream = hook
     env = {"ALICIA_REASONING_VISIBILITY": "none", "ALICIA_SPOKEN_PROGRESS": policy}
-    async with agent_in(server, recorded.base_url, room, env):
+    async with agent_in(server, recorded.base_url, room, True, env=env):
         client = rtc.Room()
         recorder = AudioRecorder(client)
         token = server.token("listener", room, attributes={"alicia.reasoning": "summary"})

@@ -32,7 +32,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from livekit import api, rtc
 from livekit.agents import Agent, AgentSession, llm
 from livekit.agents.voice import room_io
 
+from alicia.agent.rooms.voice_agent import VoiceParts, turn_handling
 from alicia.agent.session import AliciaLLM, attach_reasoning
 from alicia.agent.session.bridge import session_settings
 from alicia.agent.speech import load_vad, offline_speech
@@ -74,9 +75,16 @@ def stock_llm(base_url: str) -> llm.LLM[Any]:
 
 @contextlib.asynccontextmanager
 async def agent_in(
-    server: LiveKitServer, base_url: str, room: str, ours: bool
+    server: LiveKitServer,
+    base_url: str,
+    room: str,
+    ours: bool,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[None]:
-    """The voice pipeline in ``room``: with AliciaLLM and the bridge, or stock."""
+    """The voice pipeline in ``room``: with AliciaLLM and the bridge (settings from
+    ``env``; spoken progress off unless it says), or stock. Turns end on the VAD, as in
+    the worker's voice rooms."""
     r = rtc.Room()
     await r.connect(server.url, agent_token(server, room))
     speech = offline_speech(vad_=load_vad())
@@ -86,7 +94,11 @@ async def agent_in(
         else stock_llm(base_url)
     )
     session: AgentSession[Any] = AgentSession(
-        stt=speech.stt, tts=speech.tts, vad=speech.vad, llm=model
+        stt=speech.stt,
+        tts=speech.tts,
+        vad=speech.vad,
+        llm=model,
+        turn_handling=turn_handling(VoiceParts(speech.stt, speech.tts, speech.vad)),
     )
     bridge = None
     try:
@@ -97,7 +109,8 @@ async def agent_in(
             record=False,
         )
         if ours:
-            settings = session_settings({"ALICIA_REASONING_VISIBILITY": "full"})
+            defaults = {"ALICIA_REASONING_VISIBILITY": "full", "ALICIA_SPOKEN_PROGRESS": "off"}
+            settings = session_settings({**defaults, **(env or {})})
             bridge = await attach_reasoning(session, r, settings=settings)
         yield
     finally:

@@ -23,12 +23,23 @@ import pytest_asyncio
 from livekit.agents import Agent, AgentSession
 from storage_db import fetch, new_database
 
+from alicia.agent.engine.remarks import CUES
+from alicia.agent.engine.sink import REMARK_TYPE
 from alicia.agent.session import AliciaLLM, attach_reasoning
 from alicia.agent.speech import offline_speech
 from alicia.harness import LiveKitServer, PostgresServer
-from alicia.harness.recorded_llm import RecordedLLM
+from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.harness.speech import Microphone, speak
-from alicia.protocol import AssistantSentence, ReasoningStep, StartAnswer, Transcription, new_id
+from alicia.protocol import (
+    AssistantSentence,
+    Commentary,
+    ReasoningStep,
+    StartAnswer,
+    Transcription,
+    new_id,
+)
+from bench.progress import SHAPE as PROGRESS
+from bench.progress import pace
 from tests.livekit_helpers import ProtocolClient, joined
 from tests.test_bridge_e2e import agent_room, settings_for
 
@@ -134,3 +145,35 @@ async def test_a_discarded_preemptive_generation_shows_and_stores_nothing(
     assert [(s["message_id"], s["sequence_number"], s["content"]) for s in stored] == [
         (s.previous_id, s.step_index, s.content) for s in steps
     ]
+
+
+async def test_a_discarded_preemptive_generation_gets_no_remark(
+    livekit_server: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    tmp_path: Path,
+) -> None:
+    """With a model that reasons for 8 s, the spoken generation gets progress remarks
+    (``cue``, the default); the discarded one, still reasoning when it is dropped, none."""
+    llm.route_model("recorded-model", Play(PROGRESS, chunk_delay=pace(8.0)))
+    url = await new_database("postgres", postgres_server, tmp_path, "preempt_remarks")
+    room = f"preempt-remarks-{new_id('r')}"
+    question, rate = two_halves()
+    async with (
+        voice_app(livekit_server, llm, room, url),
+        joined(livekit_server, room, "alice") as r,
+    ):
+        client = ProtocolClient(r, room)
+        await client.wait_for_agent()
+        await client.handshake()
+        mic = Microphone(r)
+        await mic.start()
+        await mic.say(question, rate)
+        await client.wait_for(AssistantSentence, within=120.0, is_final=True)
+    asked = [str(body["messages"][-1]["content"]) for body in llm.requests]
+    assert len(asked) >= 2 and len(asked[0]) < len(asked[-1]), asked
+    (start,) = client.of(StartAnswer)
+    remarks = [c for c in client.of(Commentary) if c.comment_type == REMARK_TYPE]
+    assert remarks, "the spoken generation reasons for 8 s"
+    assert {c.target_id for c in remarks} == {start.previous_id}
+    assert remarks[0].content == CUES[0]

@@ -246,7 +246,27 @@ async def test_a_model_that_answers_within_the_delay_gets_no_remark(
     assert listener.recorder.loud(after=listener.ended)[0] > listener.answer_seen_at
 
 
-async def test_speaking_over_a_remark_interrupts_it(
+async def remark_playing(listener: Listener) -> Commentary:
+    """Wait for the first remark and for its sound."""
+    remark: Commentary = await listener.client.wait_for(Commentary, within=30.0)
+    async with asyncio.timeout(10):
+        while not listener.recorder.loud(after=listener.ended):
+            await asyncio.sleep(0.05)
+    return remark
+
+
+def assert_turn_ended_unspoken(listener: Listener, target: str | None, cut_wall: float) -> None:
+    """The turn of ``target`` said no more remarks after ``cut_wall`` and never answered."""
+    later = [
+        c.content
+        for c in listener.remarks()
+        if c.target_id == target and (c.timestamp or 0) / 1000 > cut_wall + 0.5
+    ]
+    assert later == [], later
+    assert [s for s in listener.client.of(StartAnswer) if s.previous_id == target] == []
+
+
+async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
     livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
 ) -> None:
     spec = llm.spec(SHAPE)
@@ -255,26 +275,19 @@ async def test_speaking_over_a_remark_interrupts_it(
     async with joined(livekit_server, room, "alice") as r:
         listener = Listener(r, room)
         await listener.ask(spec.user)
-        await listener.client.wait_for(Commentary, within=30.0)
-        async with asyncio.timeout(10):  # the remark is playing
-            while not listener.recorder.loud(after=listener.ended):
-                await asyncio.sleep(0.05)
-        spoke_at = time.monotonic()
+        remark = await remark_playing(listener)
+        spoke_wall = time.time()
         await listener.mic.say(interruption, irate, trailing_silence_s=0.5)
-        message = await listener.client.wait_for(AssistantSentence, within=30.0, is_final=True)
+        # Long enough for the first turn's next remark and its answer, had they come.
+        await asyncio.sleep(max(0.0, listener.ended + 11.0 - time.monotonic()))
         await listener.recorder.aclose()
-    # The remark stopped soon after the user started speaking; the first answer was
-    # closed as stopped before it was spoken.
-    during = [
-        at
-        for at in listener.recorder.loud(after=spoke_at)
-        if at < spoke_at + len(interruption) / irate
-    ]
-    assert not during or during[-1] - spoke_at < 1.5, during
-    assert message.previous_id is not None
+    heard = [t for t in listener.client.of(Transcription) if t.final]
+    assert len(heard) >= 2, heard  # the question, then the interruption
+    assert remark.target_id == heard[0].id
+    assert_turn_ended_unspoken(listener, remark.target_id, spoke_wall)
 
 
-async def test_a_stop_ends_a_remark_and_the_turn(
+async def test_a_stop_ends_a_remark_and_its_turn(
     livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
 ) -> None:
     spec = llm.spec(SHAPE)
@@ -282,21 +295,17 @@ async def test_a_stop_ends_a_remark_and_the_turn(
     async with joined(livekit_server, room, "alice") as r:
         listener = Listener(r, room)
         await listener.ask(spec.user)
-        remark = await listener.client.wait_for(Commentary, within=30.0)
-        async with asyncio.timeout(10):
-            while not listener.recorder.loud(after=listener.ended):
-                await asyncio.sleep(0.05)
-        stopped_at = time.monotonic()
+        remark = await remark_playing(listener)
+        stopped_at, stopped_wall = time.monotonic(), time.time()
         await listener.client.send(
             ControlStop(conversation_id=room, target_id=remark.target_id, stop_type="all")
         )
-        final = await listener.client.wait_for(AssistantSentence, within=30.0, is_final=True)
-        await asyncio.sleep(3.0)
+        await asyncio.sleep(max(0.0, listener.ended + 11.0 - time.monotonic()))
         await listener.recorder.aclose()
+    # The remark's sound ended at once (it had about a second to go), nothing followed.
     loud = listener.recorder.loud(after=stopped_at)
-    assert not loud or loud[-1] - stopped_at < 1.0, loud
-    assert final.text == "" or final.previous_id is not None
-    assert len(listener.remarks()) == 1
+    assert not loud or loud[-1] - stopped_at < 0.8, loud
+    assert_turn_ended_unspoken(listener, remark.target_id, stopped_wall)
 
 
 async def test_the_llm_never_reads_a_remark(

@@ -85,11 +85,6 @@ _MAX_PENDING: Final = 65_536
 _MAX_HELD: Final = 65_536
 """Observed pieces a not yet scheduled speech holds; past it they are dropped."""
 _SEED_TIMEOUT_S: Final = 1.0
-_LISTENERS: Final = (
-    rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD,
-    rtc.ParticipantKind.PARTICIPANT_KIND_SIP,
-)
-"""Participant kinds that are people listening (not agents, ingress or egress)."""
 _TOOL_TIMEOUT_MS: Final = 30_000
 """``timeoutMs`` announced for the session's tools (livekit-agents sets none)."""
 
@@ -345,11 +340,13 @@ class ReasoningBridge:
                 self._progress.answered(handle)
 
     def listening_level(self) -> SpokenLevel:
-        """What may be spoken aloud: the level every human listener in the room holds."""
+        """What may be spoken aloud: the level every listener in the room holds. Every
+        participant but agents listens: people (standard, SIP) and recorders (egress, whose
+        files are a disk the reasoning must be entitled to)."""
         levels = [
             visibility_of(peer_of(p).grant(REASONING_GRANT), self._settings.reasoning_visibility)
             for p in self._room.remote_participants.values()
-            if p.kind in _LISTENERS
+            if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
         ]
         return spoken_level(levels)
 

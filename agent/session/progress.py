@@ -140,7 +140,10 @@ class ProgressSpeaker:
         """Progress speeches we end ourselves (not an interruption of the answer)."""
         self._saying = False
         self._user_ended_at: float | None = None
-        self._wrapped: weakref.WeakSet[Agent] = weakref.WeakSet()
+        self._wrapped: weakref.WeakKeyDictionary[Agent, Callable[..., Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Agents whose ``on_user_turn_completed`` queues a progress speech: the hook."""
         self._kept: dict[str, list[rtc.AudioFrame]] = {}
         """Synthesized cues (a fixed, small set)."""
         self._warming: asyncio.Task[None] | None = None
@@ -156,7 +159,8 @@ class ProgressSpeaker:
         s.on("speech_created", self._on_speech_created)
         s.on("function_tools_executed", self._on_tools_executed)
         s.on("user_state_changed", self._on_user_state)
-        self._wrap(s.current_agent)
+        with contextlib.suppress(RuntimeError):
+            self._wrap(s.current_agent)
         self._warming = asyncio.create_task(self._warm(), name="alicia-progress-warm")
 
     async def aclose(self) -> None:
@@ -171,6 +175,9 @@ class ProgressSpeaker:
         s.off("user_state_changed", self._on_user_state)
         for a in self._answers.values():
             a.ready.set()  # progress speeches end
+        for agent, hook in list(self._wrapped.items()):
+            if vars(agent).get("on_user_turn_completed") is hook:
+                del agent.on_user_turn_completed  # the class's own again
         if self._warming is not None:
             self._warming.cancel()
             await asyncio.gather(self._warming, return_exceptions=True)
@@ -216,7 +223,8 @@ class ProgressSpeaker:
         """Put a progress speech in the queue now, in front of the answer scheduled next."""
         if self._closed or self._policy == "off":
             return
-        self._wrap(self._session.current_agent)
+        with contextlib.suppress(RuntimeError):
+            self._wrap(self._session.current_agent)  # after a handoff: the new agent
         texts: asyncio.Queue[str | None] = asyncio.Queue(maxsize=64)
         box = _Box()
         self._saying = True
@@ -249,7 +257,7 @@ class ProgressSpeaker:
             speaker.front()  # no await between here and livekit scheduling the answer
 
         agent.on_user_turn_completed = on_user_turn_completed  # type: ignore[method-assign]
-        self._wrapped.add(agent)
+        self._wrapped[agent] = on_user_turn_completed
 
     # -- session events -------------------------------------------------------------
 
