@@ -288,6 +288,13 @@ class ProgressSpeaker:
         a.answer_text = ""
         self.front()  # livekit reschedules the answer right after this event
 
+    def _user_spoke_since(self, since: float) -> float | None:
+        """When the user last spoke, if after ``since`` (now, if still speaking)."""
+        if self._session.user_state == "speaking":
+            return time.monotonic()
+        ended = self._user_ended_at
+        return ended if ended is not None and ended > since else None
+
     def _on_user_state(self, ev: UserStateChangedEvent) -> None:
         if ev.old_state == "speaking" and ev.new_state != "speaking":
             # The VAD reports the end of speech after its silence window: date it back.
@@ -340,6 +347,11 @@ class ProgressSpeaker:
             # Each remark is chosen and synthesized a little before it is due, so that
             # it starts on time.
             while await _until(a.ready, due - _LEAD_S):
+                if (spoke := self._user_spoke_since(box.at)) is not None:
+                    # The user spoke over this progress speech (a pause or an interruption
+                    # is being decided): quiet is counted again from the end of it.
+                    due = max(spoke, time.monotonic()) + self._gap_s
+                    continue
                 first = a.quiet_since is None  # the first remark acknowledges: a cue
                 summary = a.summary if a.summary not in a.said and not first else None
                 text = a.writer.next(summary=summary, tool=a.tool, level=self._level())
