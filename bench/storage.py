@@ -118,7 +118,7 @@ async def reset(url: str, users: list[str]) -> None:
             await conn.execute(
                 text(
                     "TRUNCATE alicia_reasoning_steps, alicia_tool_uses, alicia_sentences, "
-                    "alicia_messages, alicia_conversations, alicia_sent_log"
+                    "alicia_remarks, alicia_messages, alicia_conversations, alicia_sent_log"
                 )
             )
             await conn.execute(
