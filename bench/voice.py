@@ -44,7 +44,7 @@ from livekit.agents.voice import room_io
 
 from alicia.agent.rooms.voice_agent import VoiceParts, turn_handling
 from alicia.agent.session import AliciaLLM, attach_reasoning
-from alicia.agent.session.bridge import session_settings
+from alicia.agent.session.attach import session_settings
 from alicia.agent.speech import load_vad, offline_speech
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import Play, RecordedLLM

@@ -26,7 +26,7 @@ from alicia.agent.engine.sink import NullSink
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.rooms.transport import RoomTransport
 from alicia.agent.session import AliciaLLM, ReasoningBridge, attach_reasoning
-from alicia.agent.session.bridge import session_settings
+from alicia.agent.session.attach import session_settings
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings
 from alicia.agent.speech import EspeakTTS

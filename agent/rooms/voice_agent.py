@@ -3,7 +3,7 @@
 A voice room (``ALICIA_VOICE=offline``, or ``ALICIA_STT``/``ALICIA_TTS`` naming plugins)
 is served by an ordinary ``AgentSession``: VAD, endpointing, interruptions, STT, the
 :class:`~alicia.agent.session.llm.AliciaLLM` (reasoning kept out of the speech) and TTS, with
-the engine's tools as function tools. :func:`~alicia.agent.session.bridge.attach_reasoning`
+the engine's tools as function tools. :func:`~alicia.agent.session.attach.attach_reasoning`
 speaks the Alicia protocol to the protocol clients in the room, exactly as a user's own
 AgentSession app would.
 
@@ -24,7 +24,7 @@ from typing import Any
 from livekit.agents import Agent, AgentSession, JobContext, TurnHandlingOptions, stt, tts, vad
 
 from alicia.agent.engine.tools import default_tools
-from alicia.agent.session.bridge import attach_reasoning
+from alicia.agent.session.attach import attach_reasoning
 from alicia.agent.session.llm import AliciaLLM
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings

@@ -7,7 +7,8 @@
   transcriptions, stop), through the engine's protocol session.
 """
 
-from .bridge import ReasoningBridge, attach_reasoning
+from .attach import attach_reasoning
+from .bridge import ReasoningBridge
 from .llm import AliciaLLM
 
 __all__ = ["AliciaLLM", "ReasoningBridge", "attach_reasoning"]

@@ -34,13 +34,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
 from livekit import rtc
 from livekit.agents import AgentSession, llm
 from livekit.agents.voice import SpeechHandle
@@ -54,29 +52,27 @@ from livekit.agents.voice.events import (
 from alicia.agent.engine.assembler import TurnAssembler
 from alicia.agent.engine.events import StepReady, TurnEvent, TurnStatus, Usage
 from alicia.agent.engine.participants import (
-    REASONING_GRANT,
     InvalidState,
     LLMUnavailable,
     Overloaded,
     Participant,
     TurnRequest,
-    visibility_of,
 )
 from alicia.agent.engine.projection import TurnProjection
-from alicia.agent.engine.remarks import SpokenLevel, spoken_level
 from alicia.agent.engine.session import ProtocolSession
-from alicia.agent.engine.sink import META_SEALED, REMARK_TYPE, StepSink
+from alicia.agent.engine.sink import StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
-from alicia.agent.rooms.transport import RoomTransport, peer_of
+from alicia.agent.rooms.transport import RoomTransport
 from alicia.agent.session.progress import ProgressSpeaker, Remark
+from alicia.agent.session.spoken import announce_remark, listening_level
 from alicia.agent.settings import Settings
-from alicia.protocol import Commentary, new_id
 from alicia.protocol import ids as id_prefix
+from alicia.protocol import new_id
 
 if TYPE_CHECKING:
     from alicia.agent.engine.sealing import DataKeys
 
-__all__ = ["ReasoningBridge", "attach_reasoning"]
+__all__ = ["ReasoningBridge"]
 
 logger = logging.getLogger("alicia.bridge")
 
@@ -174,7 +170,7 @@ class ReasoningBridge:
                 policy=self._settings.spoken_progress,
                 delay_s=self._settings.progress_delay_s,
                 gap_s=self._settings.progress_gap_s,
-                level=self.listening_level,
+                level=lambda: listening_level(self._room, self._settings.reasoning_visibility),
                 on_remark=lambda remark: self._later(lambda: self._remark(remark)),
             )
             self._progress.start()
@@ -298,21 +294,23 @@ class ReasoningBridge:
 
     def reasoning(self, round_id: str, text: str, *, summary: bool) -> None:
         """Reasoning text of the current speech's round, as it streams."""
+        handle = self._speech()
+        if handle is None:
+            return
         if self._progress is not None and not summary:
-            handle = _speech_of_task() or self._agent_session.current_speech
-            if handle is not None:
-                self._progress.reasoning(handle, text)
-        turn = self._current_turn()
+            self._progress.reasoning(handle, text)
+        turn = self._turns.get(handle.id)
         if turn is not None:
             self._later(lambda: self._piece(turn, lambda a: a.reasoning(text, summary=summary)))
 
     def answer(self, round_id: str, text: str) -> None:
         """Answer text of the current speech's round, as it streams."""
+        handle = self._speech()
+        if handle is None:
+            return
         if self._progress is not None:
-            handle = _speech_of_task() or self._agent_session.current_speech
-            if handle is not None:
-                self._progress.answer(handle, text)
-        turn = self._current_turn()
+            self._progress.answer(handle, text)
+        turn = self._turns.get(handle.id)
         if turn is not None:
             self._later(lambda: self._piece(turn, lambda a: a.answer_text(text)))
 
@@ -325,57 +323,31 @@ class ReasoningBridge:
         error: BaseException | None,
     ) -> None:
         """The round is over: its tool calls (run next by the session), usage, error."""
-        self._answering()
-        turn = self._current_turn()
+        handle = self._speech()
+        if handle is None:
+            return
+        if self._progress is not None:
+            self._progress.answered(handle)  # its remarks end now
+        turn = self._turns.get(handle.id)
         if turn is None:
             return
         calls = list(tool_calls)
         self._later(lambda: self._round_end(turn, calls, usage, error))
 
-    def _answering(self) -> None:
-        """The current speech's model stopped reasoning: its progress remarks end now."""
-        if self._progress is not None:
-            handle = _speech_of_task() or self._agent_session.current_speech
-            if handle is not None:
-                self._progress.answered(handle)
-
-    def listening_level(self) -> SpokenLevel:
-        """What may be spoken aloud: the level every listener in the room holds. Every
-        participant but agents listens: people (standard, SIP) and recorders (egress, whose
-        files are a disk the reasoning must be entitled to)."""
-        levels = [
-            visibility_of(peer_of(p).grant(REASONING_GRANT), self._settings.reasoning_visibility)
-            for p in self._room.remote_participants.values()
-            if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
-        ]
-        return spoken_level(levels)
-
     async def _remark(self, remark: Remark) -> None:
-        """Announce a remark being spoken to the protocol clients (type 15 Commentary)."""
+        """Announce a remark being spoken to the protocol clients."""
         assert self.session is not None
         turn = self._turns.get(remark.answer.id)
         target = turn.request.user_id if turn is not None and turn.request is not None else None
-        body = Commentary(
-            id=new_id(id_prefix.COMMENTARY),
-            conversation_id=self.session.id,
-            target_id=target,
-            author_role="assistant",
-            content=remark.text,
-            comment_type=REMARK_TYPE,
-            timestamp=int(time.time() * 1000),
-        )
-        s, zdr = self.session, self._settings.zdr
-        # What was spoken is stored like a step: as it is, or under zero data retention
-        # only sealed with the conversation's data key (a store-only copy).
-        await s.outbox.send(body, s.clients(), everyone=True, store=not zdr)
-        if zdr and s.data_sealer is not None:
-            sealed = s.data_sealer.seal(s.id, remark.text, knd="remark", ref=body.id)
-            kept = msgspec.structs.replace(body, content="")
-            await s.outbox.send(kept, [], store_meta={META_SEALED: sealed})
+        await announce_remark(self.session, remark.text, target, zdr=self._settings.zdr)
+
+    def _speech(self) -> SpeechHandle | None:
+        """The speech whose LLM round is running in this task."""
+        return _speech_of_task() or self._agent_session.current_speech
 
     def _current_turn(self) -> _Turn | None:
         """The turn of the speech whose LLM round is running in this task."""
-        handle = _speech_of_task() or self._agent_session.current_speech
+        handle = self._speech()
         return self._turns.get(handle.id) if handle is not None else None
 
     # -- the pump -------------------------------------------------------------------
@@ -623,46 +595,3 @@ def _result(output: str) -> dict[str, Any]:
     except ToolError:
         return {"output": output}
     return value
-
-
-async def attach_reasoning(
-    agent_session: AgentSession[Any],
-    room: rtc.Room,
-    *,
-    settings: Settings | None = None,
-    conversation_id: str | None = None,
-) -> ReasoningBridge:
-    """Speak the Alicia protocol in ``room`` for ``agent_session`` (started with that room).
-
-    Settings come from the environment as for the worker (``ALICIA_REASONING_VISIBILITY``,
-    ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
-    variables are not needed here. The bridge closes with the session.
-    """
-    from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
-
-    if settings is None:
-        settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
-    sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
-    bridge = ReasoningBridge(
-        agent_session,
-        room,
-        settings=settings,
-        sink=sink,
-        keys=open_keys(settings),
-        conversation_id=conversation_id,
-    )
-    await bridge.start()
-    return bridge
-
-
-def session_settings(env: Mapping[str, str], *, model: object = "") -> Settings:
-    """:class:`Settings` from ``env`` for a bridge: the worker's variables that only the
-    worker needs (LiveKit and LLM endpoints) may be absent."""
-    defaults = {
-        "LIVEKIT_URL": "ws://unused",
-        "LIVEKIT_API_KEY": "unused",
-        "LIVEKIT_API_SECRET": "unused",
-        "LLM_BASE_URL": "http://unused",
-        "LLM_MODEL": model if isinstance(model, str) and model else "unknown",
-    }
-    return Settings.from_env({**defaults, **{k: v for k, v in env.items() if v.strip()}})

@@ -1,0 +1,64 @@
+"""Attach the reasoning bridge to anyone's running AgentSession.
+
+:func:`attach_reasoning` opens storage and keys as the settings say and starts a
+:class:`~alicia.agent.session.bridge.ReasoningBridge`; :func:`session_settings` reads the
+worker's variables a bridge needs (the LiveKit and LLM ones may be absent).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from livekit import rtc
+from livekit.agents import AgentSession
+
+from alicia.agent.settings import Settings
+
+from .bridge import ReasoningBridge
+
+__all__ = ["attach_reasoning", "session_settings"]
+
+
+async def attach_reasoning(
+    agent_session: AgentSession[Any],
+    room: rtc.Room,
+    *,
+    settings: Settings | None = None,
+    conversation_id: str | None = None,
+) -> ReasoningBridge:
+    """Speak the Alicia protocol in ``room`` for ``agent_session`` (started with that room).
+
+    Settings come from the environment as for the worker (``ALICIA_REASONING_VISIBILITY``,
+    ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
+    variables are not needed here. The bridge closes with the session.
+    """
+    from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
+
+    if settings is None:
+        settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
+    sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
+    bridge = ReasoningBridge(
+        agent_session,
+        room,
+        settings=settings,
+        sink=sink,
+        keys=open_keys(settings),
+        conversation_id=conversation_id,
+    )
+    await bridge.start()
+    return bridge
+
+
+def session_settings(env: Mapping[str, str], *, model: object = "") -> Settings:
+    """:class:`Settings` from ``env`` for a bridge: the worker's variables that only the
+    worker needs (LiveKit and LLM endpoints) may be absent."""
+    defaults = {
+        "LIVEKIT_URL": "ws://unused",
+        "LIVEKIT_API_KEY": "unused",
+        "LIVEKIT_API_SECRET": "unused",
+        "LLM_BASE_URL": "http://unused",
+        "LLM_MODEL": model if isinstance(model, str) and model else "unknown",
+    }
+    return Settings.from_env({**defaults, **{k: v for k, v in env.items() if v.strip()}})
