@@ -80,3 +80,42 @@ async def test_the_stream_adapter_with_silero_vad_finalizes_an_utterance() -> No
     ]
     await stream.aclose()
     assert recall(" ".join(finals), {"capital", "australia", "sydney"}) >= 0.6, finals
+
+
+_HOLDS_A_RECOGNIZER = """
+import sys, time
+from alicia.agent.speech.sphinx import _recognizer
+pool = _recognizer()
+print(pool.submit(__import__("os").getpid).result(), flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_recognizer_process_leaves_with_a_parent_killed_outright() -> None:
+    """A job process killed past its shutdown timeout never shuts its recognizer pool
+    down: the recognizer must not outlive it and hold its stdout (a reader of that pipe,
+    like ``./scripts/demo --voice`` under a test, would wait forever)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDS_A_RECOGNIZER], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    recognizer = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(recognizer, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(recognizer, signal.SIGKILL)
+        pytest.fail("the recognizer outlived its parent")
+    assert proc.stdout.read() == ""  # end of file: nobody holds the pipe any more

@@ -8,14 +8,16 @@ and level estimates) and decoded on its own.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+import time
 from typing import Final
 
 import numpy as np
 from pocketsphinx import Decoder  # type: ignore[import-untyped]
 
-__all__ = ["RATE", "decode_16k", "new_decoder", "recognize_16k", "warm"]
+__all__ = ["RATE", "decode_16k", "new_decoder", "recognize_16k", "serve"]
 
 RATE: Final = 16_000
 _PAD_S: Final = 0.3
@@ -120,9 +122,21 @@ class _Spares:
 _SPARES: Final = _Spares()
 
 
-def warm() -> None:
-    """Start loading a decoder (in the recognizer process, before the first utterance)."""
+def serve(parent: int) -> None:
+    """The recognizer process's initializer: start loading a decoder, and leave as soon as
+    ``parent`` is gone. A parent killed outright (a job process past its shutdown timeout)
+    never shuts its pool down; an orphaned recognizer would keep its stdout and stderr, and
+    whoever reads them to their end (a terminal pipe, a test) would wait forever."""
     _SPARES.fill()
+    threading.Thread(
+        target=_outlive_not, args=(parent,), name="alicia-sphinx-parent", daemon=True
+    ).start()
+
+
+def _outlive_not(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(0.25)
+    os._exit(0)
 
 
 def recognize_16k(pcm: bytes) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from typing import Final, Never
@@ -21,7 +22,7 @@ from livekit.agents import stt, utils
 from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, APIConnectOptions, NotGivenOr
 
-from .decoding import RATE, decode_16k, recognize_16k, warm
+from .decoding import RATE, decode_16k, recognize_16k, serve
 
 __all__ = ["RATE", "PocketSphinxSTT", "decode", "to_16k"]
 
@@ -96,6 +97,8 @@ def _recognizer() -> ProcessPoolExecutor:
     with _POOL_LOCK:
         if _POOL is None:
             context = multiprocessing.get_context("spawn")
-            _POOL = ProcessPoolExecutor(max_workers=1, mp_context=context)
-            _POOL.submit(warm)  # starts loading a decoder in the recognizer
+            _POOL = ProcessPoolExecutor(
+                max_workers=1, mp_context=context, initializer=serve, initargs=(os.getpid(),)
+            )
+            _POOL.submit(int)  # starts the recognizer now, not at the first utterance
         return _POOL
