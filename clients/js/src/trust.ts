@@ -1,0 +1,127 @@
+// Which participant speaks for the agent, packet by packet, across takeovers; and the
+// server's stanza sequence as a client follows it (the rules of client/trust.py and
+// client/sequence.py).
+//
+// Trust goes to one participant (identity and sid), never to an identity: kind AGENT (set
+// by the token, which only the API secret can mint), with an agent name only one whose
+// lk.agent_name attribute (put in its token by livekit-server at dispatch) is that name. A
+// standard participant joining under the agent's identity (livekit-server then removes the
+// real agent as a duplicate) never gains trust. livekit-client reuses the departed agent's
+// Participant object for the newcomer of the same identity (new sid and attributes, but
+// the old kind, and no disconnect event), so the kind is the one each sid had when it
+// joined, and the trusted sid is kept as a value (`current` notices the swap). Trust stays
+// with the agent while it is in the room; when it leaves, a matching agent already there
+// (one dispatched under the same name first) or the next one to join takes over.
+
+import { ParticipantKind } from "livekit-client";
+
+export const AGENT_NAME_ATTRIBUTE = "lk.agent_name";
+
+/** What trust reads of a livekit-client Participant. */
+export interface ParticipantLike {
+  identity: string;
+  sid: string;
+  kind: ParticipantKind;
+  attributes: Readonly<Record<string, string>>;
+}
+
+export class AgentTrust<P extends ParticipantLike = ParticipantLike> {
+  /** The trusted agent's identity (undefined while none is trusted). */
+  identity?: string;
+  private sid?: string;
+  private dispatchName = "";
+  /** Each participant's kind when it joined, by sid. */
+  private kinds = new Map<string, ParticipantKind>();
+
+  /** `agentName`: trust only an agent dispatched under that name. */
+  constructor(readonly agentName?: string) {}
+
+  /** Note a participant that joined (or was there when the client joined). */
+  joined(p: P): void {
+    if (!this.kinds.has(p.sid)) this.kinds.set(p.sid, p.kind);
+  }
+
+  /** `p` may speak for the agent: kind AGENT when it joined, and the name if required. */
+  matches(p: P): boolean {
+    if (this.kinds.get(p.sid) !== ParticipantKind.AGENT) return false;
+    return !this.agentName || p.attributes[AGENT_NAME_ATTRIBUTE] === this.agentName;
+  }
+
+  /** `p` is the trusted agent participant and still matches (checked for every packet). */
+  trusts(p: P | undefined): boolean {
+    return (
+      p !== undefined &&
+      this.sid !== undefined &&
+      p.identity === this.identity &&
+      p.sid === this.sid &&
+      this.matches(p)
+    );
+  }
+
+  /** The trusted agent if it is still in the room (`present`, by identity) and matches. */
+  current(present: ReadonlyMap<string, P>): P | undefined {
+    const p = this.identity !== undefined ? present.get(this.identity) : undefined;
+    return p && this.trusts(p) ? p : undefined;
+  }
+
+  /** A participant joined (or was found): true if trust now moves to it. */
+  offer(p: P, present: ReadonlyMap<string, P>): boolean {
+    this.joined(p);
+    if (!this.matches(p) || this.current(present)) return false;
+    this.adopt(p);
+    return true;
+  }
+
+  /** Forget the trusted agent if it is no longer in the room as itself (it left, or its
+   * identity now belongs to another participant); true if it was trusted until now. */
+  leave(present: ReadonlyMap<string, P>): boolean {
+    if (this.identity === undefined || this.current(present)) return false;
+    this.identity = this.sid = undefined;
+    return true;
+  }
+
+  /** Trust a matching agent already in the room, if any (the same agent name first). */
+  successor(present: ReadonlyMap<string, P>): P | undefined {
+    const candidates = [...present.values()].filter((p) => this.matches(p));
+    const same = candidates.filter((p) => (p.attributes[AGENT_NAME_ATTRIBUTE] ?? "") === this.dispatchName);
+    const pool = same.length ? same : candidates;
+    const found = pool[pool.length - 1];
+    if (found) this.adopt(found);
+    return found;
+  }
+
+  private adopt(p: P): void {
+    this.identity = p.identity;
+    this.sid = p.sid;
+    this.dispatchName = p.attributes[AGENT_NAME_ATTRIBUTE] ?? "";
+  }
+}
+
+/**
+ * The server numbers its envelopes -1, -2, …; an agent that takes over continues the
+ * sequence, so one high mark serves every agent: at or below it is a replayed duplicate,
+ * and it is the lastSequenceSeen of a resume. A new agent whose first envelope is at or
+ * below the mark did not continue the sequence (its worker lost it): the mark restarts.
+ */
+export class ServerSequence {
+  /** The highest |stanzaId| accepted (0: none). */
+  high = 0;
+  /** New agents that did not continue the sequence. */
+  renumbered = 0;
+  private numberedBy?: string;
+
+  /** True for a new server envelope from `agent`; false for a duplicate. */
+  accept(agent: string, stanzaId: number): boolean {
+    const mag = -stanzaId;
+    if (agent !== this.numberedBy) {
+      if (this.numberedBy !== undefined && mag <= this.high) {
+        this.renumbered++;
+        this.high = 0;
+      }
+      this.numberedBy = agent;
+    }
+    if (mag <= this.high) return false;
+    this.high = mag;
+    return true;
+  }
+}

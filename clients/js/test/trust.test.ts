@@ -1,0 +1,172 @@
+// Trust: only the agent (kind AGENT when it joined, its sid, its agent name) is heard;
+// takeovers are followed, and the ReasoningClient resumes with the new agent only.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { ConnectionState, ParticipantKind, RoomEvent } from "livekit-client";
+import type { Room } from "livekit-client";
+
+import {
+  AgentTrust,
+  type Configuration,
+  type Envelope,
+  MessageType as T,
+  ReasoningClient,
+  ServerSequence,
+  decodeEnvelope,
+  encodeEnvelope,
+} from "../src/index";
+
+interface FakeParticipant {
+  identity: string;
+  sid: string;
+  kind: ParticipantKind;
+  attributes: Record<string, string>;
+}
+let sids = 0;
+const person = (identity: string, kind = ParticipantKind.AGENT, name?: string): FakeParticipant => ({
+  identity,
+  sid: `PA_${++sids}`,
+  kind,
+  attributes: name ? { "lk.agent_name": name } : {},
+});
+
+test("only a participant of kind AGENT (and of the agent name) is trusted, by sid", () => {
+  const present = new Map<string, FakeParticipant>();
+  const trust = new AgentTrust<FakeParticipant>("alicia");
+  const user = person("web-1", ParticipantKind.STANDARD);
+  const other = person("agent-x", ParticipantKind.AGENT, "other");
+  const agent = person("agent-a", ParticipantKind.AGENT, "alicia");
+  for (const p of [user, other, agent]) present.set(p.identity, p);
+  assert.equal(trust.offer(user, present), false);
+  assert.equal(trust.offer(other, present), false);
+  assert.equal(trust.offer(agent, present), true);
+  assert.ok(trust.trusts(agent) && !trust.trusts(user) && !trust.trusts(other));
+  // A standard participant joining under the agent's identity gains nothing.
+  const impostor = { ...person("agent-a", ParticipantKind.STANDARD), attributes: { "lk.agent_name": "alicia" } };
+  present.set("agent-a", impostor);
+  trust.joined(impostor);
+  assert.equal(trust.trusts(impostor), false);
+  assert.equal(trust.leave(present), true);
+  assert.equal(trust.successor(present), undefined);
+  // livekit-client reuses the Participant object: the kind it had at join time counts.
+  const reused = { ...impostor, kind: ParticipantKind.AGENT };
+  assert.equal(trust.offer(reused, present), false);
+});
+
+test("a takeover moves trust to the next agent; the stanza mark follows it", () => {
+  const present = new Map<string, FakeParticipant>();
+  const trust = new AgentTrust<FakeParticipant>();
+  const a = person("agent-a");
+  const b = person("agent-b");
+  present.set(a.identity, a);
+  trust.offer(a, present);
+  present.set(b.identity, b);
+  assert.equal(trust.offer(b, present), false); // A is still here
+  present.delete(a.identity);
+  assert.equal(trust.leave(present), true);
+  assert.equal(trust.successor(present), b);
+  assert.ok(trust.trusts(b) && !trust.trusts(a));
+  const seq = new ServerSequence();
+  assert.deepEqual([seq.accept("a", -1), seq.accept("a", -2), seq.accept("a", -2)], [true, true, false]);
+  assert.deepEqual([seq.accept("b", -3), seq.high], [true, 3]);
+  assert.deepEqual([seq.accept("c", -1), seq.renumbered, seq.high], [true, 1, 1]); // did not continue
+});
+
+/** Just enough of a livekit-client Room for the ReasoningClient. */
+class FakeRoom {
+  state = ConnectionState.Connected;
+  name = "conv_room";
+  remoteParticipants = new Map<string, FakeParticipant>();
+  sent: { to: string[]; env: Envelope }[] = [];
+  private handlers = new Map<string, Set<(...a: unknown[]) => void>>();
+  localParticipant = {
+    publishData: async (data: Uint8Array, opts: { destinationIdentities: string[]; topic: string }) => {
+      assert.equal(opts.topic, "alicia");
+      this.sent.push({ to: opts.destinationIdentities, env: decodeEnvelope(data) });
+    },
+  };
+  on(e: string, f: (...a: unknown[]) => void): void {
+    if (!this.handlers.has(e)) this.handlers.set(e, new Set());
+    this.handlers.get(e)?.add(f);
+  }
+  off(e: string, f: (...a: unknown[]) => void): void {
+    this.handlers.get(e)?.delete(f);
+  }
+  emit(e: string, ...args: unknown[]): void {
+    for (const f of this.handlers.get(e) ?? []) f(...args);
+  }
+  join(p: FakeParticipant): void {
+    this.remoteParticipants.set(p.identity, p);
+    this.emit(RoomEvent.ParticipantConnected, p);
+  }
+  leave(p: FakeParticipant): void {
+    this.remoteParticipants.delete(p.identity);
+    this.emit(RoomEvent.ParticipantDisconnected, p);
+  }
+  data(from: FakeParticipant, type: number, stanzaId: number, body: Record<string, unknown>): void {
+    const bytes = encodeEnvelope({ stanzaId, conversationId: this.name, type, body } as Envelope);
+    this.emit(RoomEvent.DataReceived, bytes, from, undefined, "alicia");
+  }
+}
+
+const tick = () => new Promise((r) => setTimeout(r, 5));
+
+test("ReasoningClient: handshake with the agent, drops others' packets, resumes after a takeover", async () => {
+  const room = new FakeRoom();
+  const a = person("agent-a");
+  const mallory = person("mallory", ParticipantKind.STANDARD);
+  room.remoteParticipants.set(mallory.identity, mallory);
+  room.remoteParticipants.set(a.identity, a);
+  const client = new ReasoningClient(room as unknown as Room, { resendMs: 50, agentTimeoutMs: 2000 });
+  const notices: string[] = [];
+  client.on((e) => e.kind === "notice" && notices.push(e.text));
+  const started = client.start();
+  await tick();
+  const hello = room.sent[0];
+  assert.deepEqual(hello.to, ["agent-a"]);
+  assert.equal(hello.env.type, T.Configuration);
+  assert.deepEqual((hello.env.body as Configuration).features, ["streaming", "reasoning_step_display"]);
+  room.data(a, T.Configuration, -1, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  await started;
+  assert.equal(client.getState().status, "ready");
+  assert.equal(client.getState().granted, "full");
+
+  const id = await client.ask("6 x 7?");
+  assert.equal(room.sent.at(-1)?.env.type, T.UserMessage);
+  room.data(mallory, T.ReasoningStep, -2, { id: "rs_f", conversationId: "c", previousId: id, content: "FORGED", stepIndex: 1 });
+  room.data(a, T.ReasoningStep, -2, { id: "rs_1", conversationId: "c", previousId: id, content: "real", stepIndex: 1 });
+  room.data(a, T.ReasoningStep, -2, { id: "rs_1", conversationId: "c", previousId: id, content: "real", stepIndex: 1 }); // duplicate
+  assert.deepEqual(client.turns[0].steps.map((s) => s.content), ["real"]);
+  assert.equal(client.getState().untrusted, 1);
+  const snap = client.getSnapshot();
+  assert.equal(client.getSnapshot(), snap); // stable until something changes
+
+  // The agent leaves; B joins and is resumed after server message 2.
+  room.leave(a);
+  assert.equal(client.getState().agentState, "waiting");
+  const b = person("agent-b");
+  room.join(b);
+  await tick();
+  const resume = room.sent.at(-1);
+  assert.deepEqual(resume?.to, ["agent-b"]);
+  assert.deepEqual((resume?.env.body as Configuration).lastSequenceSeen, 2);
+  room.data(b, T.Configuration, -3, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  await tick();
+  assert.deepEqual([client.getState().agentChanges, client.getState().agentState, client.getState().status], [1, "ready", "ready"]);
+  assert.deepEqual(notices, [
+    "the agent left (agent-a); waiting up to 2 s for another agent…",
+    "the agent was replaced (agent-b); resumed after server message 2",
+  ]);
+  assert.ok(room.sent.every((s) => s.to.length === 1 && s.to[0] !== "mallory"));
+
+  // Show-reasoning off: a Configuration update without the reasoning feature.
+  const off = client.setShowReasoning(false);
+  await tick();
+  assert.deepEqual((room.sent.at(-1)?.env.body as Configuration).features, ["streaming"]);
+  room.data(b, T.Configuration, -4, { conversationId: "conv_room", features: ["streaming"] });
+  await off;
+  assert.equal(client.getState().showReasoning, false);
+  client.close();
+});
