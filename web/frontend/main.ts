@@ -1,71 +1,65 @@
-// Web debug page: join a room, do the Configuration handshake, chat, and show the agent's
-// reasoning steps in a "thinking" panel per user message, tool calls inline, and a
-// "show reasoning" toggle that sends a Configuration update.
+// Web debug page, built on @alicia/reasoning (clients/js): join a room, let the package's
+// ReasoningClient do the Configuration handshake, trust only the agent, follow it across
+// takeovers and assemble the turns; this file only draws them. One <article class="turn">
+// per user message, with a "thinking" panel of numbered steps, tool calls inline, and the
+// answer; a "show reasoning" toggle sends a Configuration update.
 //
 // State for tests and people is mirrored on <body data-state=... data-reasoning=...>:
 // data-state: idle | connecting | waiting-agent | handshake | ready | error
 // data-reasoning: on | off (after the server answered the update)
-// data-agent: the trusted agent's identity; data-agent-state: ready | waiting | resuming
+// data-agent: the trusted agent's identity; data-agent-state: ready | waiting | resuming | lost
 // data-agent-changes: how many times another agent took over (and was resumed)
 // data-agents: how many participants in the room could be trusted as the agent
-//
-// Trust (trust.ts): envelopes are accepted only from the agent participant (kind AGENT;
-// with ?agent=NAME only the one whose lk.agent_name, set by livekit-server at dispatch, is
-// NAME), checked for every packet, never by identity alone. Before it joins nothing is
-// accepted, and nothing is ever sent to anyone else (no broadcast). When it leaves the
-// page says it waits for another agent (bounded); when another takes over, the page
-// resumes with it (PROTOCOL.md §4.9: lastSequenceSeen = the highest server |stanzaId|
-// received, one mark across agents) and shows a notice. The conversation itself is drawn
-// by turns.ts.
-
-import { ConnectionState, Participant, Room, RoomEvent, Track } from "livekit-client";
+// data-untrusted: protocol packets dropped because their sender is not the agent
+// data-granted: the reasoning the server grants (full | summary | encrypted | none)
 
 import {
-  Body,
-  CLIENT_VERSION,
-  DATA_TOPIC,
-  Envelope,
-  MessageType,
-  ProtocolError,
-  decodeEnvelope,
-  encodeEnvelope,
-  featuresFor,
+  type ClientEvent,
+  ReasoningClient,
+  type ReasoningState,
+  type ToolCall,
+  type Turn,
   newId,
-  num,
-  str,
-} from "./protocol";
-import { AgentTrust, ServerSequence } from "./trust";
-import { TurnLog, el } from "./turns";
+} from "@alicia/reasoning";
+import { Room, RoomEvent, Track } from "livekit-client";
 
-const RESEND_MS = 1000;
-const CONFIG_TIMEOUT_MS = 15000;
+const CLIENT_VERSION = "alicia-web/0.1.0";
 const AGENT_TIMEOUT_MS = 30000;
 
 function $(id: string): HTMLElement {
-  const el = document.getElementById(id);
-  if (!el) throw new Error(`missing #${id}`);
-  return el;
+  const found = document.getElementById(id);
+  if (!found) throw new Error(`missing #${id}`);
+  return found;
 }
 
-class DebugClient {
-  private room = new Room();
-  private trust: AgentTrust;
-  private sequence = new ServerSequence();
-  private lastAgent?: string;
-  private agentChanges = 0;
-  private ready = false;
-  private readyWaiters: Array<() => void> = [];
-  private lost?: Error;
-  private lostTimer?: ReturnType<typeof setTimeout>;
-  private configChain: Promise<unknown> = Promise.resolve();
-  private stanza = 0;
-  private untrusted = 0;
-  private resent = new Set<string>();
-  private conversationId = "";
-  private showReasoning: boolean;
-  private turns: TurnLog;
-  private configWaiter?: (body: Body | Error) => void;
-  private agentWaiter?: () => void;
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, cls?: string, text?: string): HTMLElementTagNameMap[K] {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function short(value: unknown, max = 300): string {
+  const s = JSON.stringify(value ?? null);
+  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+}
+
+interface TurnView {
+  el: HTMLElement;
+  steps: HTMLOListElement;
+  count: HTMLElement;
+  answer: HTMLElement;
+  shown: number;
+  errorShown: boolean;
+}
+
+/** The page's drawing of the client's turns, state and notices. */
+class DebugPage {
+  readonly room = new Room();
+  readonly client: ReasoningClient;
+  private views = new Map<string, TurnView>();
+  private lastNotice = "";
+  private roomName = "";
 
   constructor(
     private log: HTMLElement,
@@ -73,35 +67,34 @@ class DebugClient {
     showReasoning: boolean,
     agentName?: string,
   ) {
-    this.trust = new AgentTrust(agentName);
-    this.showReasoning = showReasoning;
-    this.turns = new TurnLog(log, showReasoning);
+    this.client = new ReasoningClient(this.room, {
+      agentName,
+      showReasoning,
+      clientVersion: CLIENT_VERSION,
+      device: "web",
+      agentTimeoutMs: AGENT_TIMEOUT_MS,
+    });
     document.body.dataset.reasoning = showReasoning ? "on" : "off";
-    this.room.on(RoomEvent.DataReceived, (payload, participant, _kind, topic) =>
-      this.onData(payload, participant, topic),
-    );
-    this.room.on(RoomEvent.ParticipantConnected, (p) => this.onParticipant(p));
-    this.room.on(RoomEvent.ParticipantDisconnected, () => this.checkAgent());
-    this.room.on(RoomEvent.ParticipantAttributesChanged, () => this.checkAgent());
+    this.client.on((e) => this.onEvent(e));
     // The agent's spoken answers (a voice agent publishes an audio track): play them.
     this.room.on(RoomEvent.TrackSubscribed, (track, _pub, participant) => {
-      if (track.kind !== Track.Kind.Audio || !this.trust.trusts(participant)) return;
+      if (track.kind !== Track.Kind.Audio || !this.client.trusts(participant)) return;
       const audio = track.attach();
       audio.id = "agent-audio";
       document.getElementById("agent-audio")?.remove();
       document.body.append(audio);
       document.body.dataset.agentAudio = "subscribed";
     });
-    this.room.on(RoomEvent.Disconnected, () => this.setState("error", "disconnected"));
   }
 
-  setState(state: string, text: string): void {
+  setStatus(state: string, text: string): void {
     document.body.dataset.state = state;
     this.status.textContent = text;
   }
 
   async connect(room: string, identity: string): Promise<void> {
-    this.setState("connecting", `connecting to ${room}…`);
+    this.roomName = room;
+    this.setStatus("connecting", `connecting to ${room}…`);
     // A token minted by the app's backend comes in the fragment (never sent to a server):
     // #token=<jwt>&url=<ws url>. Otherwise ask the development issuer (/token).
     const fragment = new URLSearchParams(location.hash.slice(1));
@@ -109,8 +102,7 @@ class DebugClient {
     if (fragment.get("token") && fragment.get("url")) {
       grant = { url: fragment.get("url") ?? undefined, token: fragment.get("token") ?? undefined };
     } else {
-      const q = new URLSearchParams({ room, identity });
-      const resp = await fetch(`token?${q}`);
+      const resp = await fetch(`token?${new URLSearchParams({ room, identity })}`);
       grant = (await resp.json()) as typeof grant;
       if (!resp.ok || !grant.url || !grant.token) {
         throw new Error(grant.error ?? `token endpoint answered ${resp.status}`);
@@ -118,312 +110,202 @@ class DebugClient {
     }
     if (!grant.url || !grant.token) throw new Error("no token");
     await this.room.connect(grant.url, grant.token);
-    this.setState("waiting-agent", `joined ${room}; waiting for the agent…`);
-    for (const p of this.room.remoteParticipants.values()) this.onParticipant(p);
-    // livekit-client may swap a departed agent for a newcomer of the same identity without
-    // a disconnect event: look every half second too.
-    setInterval(() => this.checkAgent(), 500);
-    if (!this.trust.identity) {
-      await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error("no agent joined the room")), AGENT_TIMEOUT_MS);
-        this.agentWaiter = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
-    this.setState("handshake", "handshake…");
-    const reply = await this.configure({
-      lastSequenceSeen: 0,
-      clientVersion: CLIENT_VERSION,
-      device: "web",
-      features: featuresFor(this.showReasoning),
-    });
-    this.conversationId = str(reply, "conversationId") ?? room;
-    this.setReady();
-    const features = Array.isArray(reply.features) ? reply.features.join(", ") : "none";
-    // The server decides who sees reasoning: the reply lists reasoning_steps only if granted.
-    const has = (f: string): boolean => Array.isArray(reply.features) && reply.features.includes(f);
-    const level = has("reasoning_steps")
-      ? "full"
-      : has("reasoning_summary")
-        ? "summary"
-        : has("reasoning_encrypted")
-          ? "encrypted"
-          : "none";
-    document.body.dataset.granted = level;
-    const badge =
-      level === "full" || !this.showReasoning
-        ? ""
-        : level === "none"
-          ? " · reasoning: not granted"
-          : ` · reasoning: ${level}`;
-    this.setState(
-      "ready",
-      `ready · conversation ${this.conversationId} · agent features: ${features}${badge}`,
-    );
+    await this.client.start();
   }
 
   /** Publish (or stop) the browser's microphone as this participant's audio track. */
   async setMicrophone(on: boolean): Promise<void> {
     await this.room.localParticipant.setMicrophoneEnabled(on);
+    this.client.setOwnSpeech(on);
     document.body.dataset.mic = on ? "on" : "off";
   }
 
-  async setShowReasoning(show: boolean): Promise<void> {
-    this.showReasoning = show;
-    this.turns.showReasoning = show;
-    if (this.room.state !== ConnectionState.Connected || !this.conversationId) {
-      document.body.dataset.reasoning = show ? "on" : "off";
+  // --- drawing ---------------------------------------------------------------------
+
+  private onEvent(e: ClientEvent): void {
+    switch (e.kind) {
+      case "state":
+        return this.onState(e.state);
+      case "notice":
+        return this.notice(e.text);
+      case "turn":
+        return void this.view(e.turn);
+      case "step":
+        return this.onStep(e.turn, e.step.id, e.step.stepIndex, e.shown);
+      case "tool":
+        return this.onTool(e.turn, e.tool);
+      case "toolResult":
+        return this.onToolResult(e.turn, e.tool);
+      case "answerStarted":
+        this.view(e.turn).el.dataset.state = "answering";
+        return;
+      case "sentence":
+        this.view(e.turn).answer.textContent = e.turn.answer;
+        return;
+      case "done":
+        return this.onDone(e.turn);
+      case "error":
+        if (e.turn) return this.showError(e.turn);
+        this.log.append(el("div", "error", `error ${e.error.code}: ${e.error.message}`));
+        return;
+      default:
+        return;
+    }
+  }
+
+  private onState(s: ReasoningState): void {
+    const b = document.body.dataset;
+    b.reasoning = s.showReasoning ? "on" : "off";
+    b.agents = String(s.agents);
+    if (s.untrusted) b.untrusted = String(s.untrusted);
+    if (s.agent) b.agent = s.agent;
+    if (s.agentState !== "none" && (s.agentChanges || s.agentState !== "ready")) b.agentState = s.agentState;
+    if (s.agentChanges) b.agentChanges = String(s.agentChanges);
+    if (s.granted) b.granted = s.granted;
+    const seconds = AGENT_TIMEOUT_MS / 1000;
+    switch (s.status) {
+      case "idle":
+        return;
+      case "waiting-agent":
+        return this.setStatus(
+          s.status,
+          s.agentState === "waiting"
+            ? `the agent left; waiting up to ${seconds} s for another agent…`
+            : `joined ${this.roomName}; waiting for the agent…`,
+        );
+      case "handshake":
+        return this.setStatus(s.status, s.agentState === "resuming" ? `agent ${s.agent} took over; resuming…` : "handshake…");
+      case "error":
+        return this.setStatus(s.status, `error: ${s.error ?? "unknown"}`);
+      case "ready": {
+        if (s.agentChanges) return this.setStatus(s.status, `ready · conversation ${s.conversationId} · ${this.lastNotice}`);
+        const features = s.serverFeatures.length ? s.serverFeatures.join(", ") : "none";
+        const badge =
+          s.granted === "full" || !s.showReasoning
+            ? ""
+            : s.granted === "none"
+              ? " · reasoning: not granted"
+              : ` · reasoning: ${s.granted}`;
+        return this.setStatus(s.status, `ready · conversation ${s.conversationId} · agent features: ${features}${badge}`);
+      }
+    }
+  }
+
+  private view(turn: Turn): TurnView {
+    const known = this.views.get(turn.userMessageId);
+    if (known) return known;
+    const show = this.client.assembler.showReasoning;
+    const article = el("article", "turn");
+    article.dataset.userId = turn.userMessageId;
+    article.dataset.state = "pending";
+    article.dataset.steps = "0";
+    article.dataset.own = turn.own ? "yes" : "no";
+    const text = turn.spoken
+      ? `(spoken) ${turn.question}`
+      : turn.own
+        ? turn.question
+        : turn.question || "(another participant's message)";
+    const user = el("div", "user");
+    user.append(el("span", "who", turn.own ? "you" : "someone else"), el("span", "text", text));
+    const thinking = el("details", "thinking");
+    thinking.open = show;
+    const summary = el("summary", undefined, "Thinking · ");
+    const count = el("span", "count", show ? "0 steps" : "reasoning hidden");
+    summary.append(count);
+    const steps = el("ol", "steps");
+    thinking.append(summary, steps);
+    const answer = el("div", "answer");
+    article.append(user, thinking, answer);
+    this.log.append(article);
+    article.scrollIntoView({ block: "end" });
+    const v: TurnView = { el: article, steps, count, answer, shown: 0, errorShown: false };
+    this.views.set(turn.userMessageId, v);
+    // The client keeps its last 200 turns; so does the page.
+    const kept = new Set(this.client.turns.map((t) => t.userMessageId));
+    for (const [id, old] of this.views) {
+      if (kept.has(id)) continue;
+      old.el.remove();
+      this.views.delete(id);
+    }
+    return v;
+  }
+
+  private onStep(turn: Turn, id: string, index: number, shown: boolean): void {
+    const v = this.view(turn);
+    if (!shown) {
+      v.count.textContent = `reasoning hidden (${turn.hiddenSteps})`;
       return;
     }
-    await this.untilReady();
-    await this.configure({
-      conversationId: this.conversationId,
-      clientVersion: CLIENT_VERSION,
-      device: "web",
-      features: featuresFor(show),
-    });
-    document.body.dataset.reasoning = show ? "on" : "off";
+    const step = turn.steps.find((s) => s.id === id);
+    if (!step) return;
+    const li = el("li", "step");
+    li.dataset.index = String(index);
+    li.dataset.id = id;
+    const label = turn.totalSteps ? `step ${index} of ${turn.totalSteps}` : `step ${index}`;
+    const content = step.content || (step.encryptedValue ? "🔒 encrypted" : "");
+    li.append(el("span", "step-no", label), el("span", "step-text", content));
+    // Ordered by stepIndex; tool entries keep their arrival position.
+    const later = [...v.steps.querySelectorAll<HTMLElement>("li.step")].find((s) => Number(s.dataset.index) > index);
+    v.steps.insertBefore(li, later ?? null);
+    v.shown++;
+    v.count.textContent = `${v.shown} step${v.shown === 1 ? "" : "s"}`;
+    v.el.dataset.steps = String(v.shown);
+    if (v.el.dataset.state === "pending") v.el.dataset.state = "thinking";
   }
 
-  async ask(text: string): Promise<void> {
-    await this.untilReady();
-    const id = newId("msg");
-    const body: Body = {
-      id,
-      conversationId: this.conversationId,
-      content: text,
-      previousId: this.turns.lastAnswerId,
-      timestamp: Date.now(),
-    };
-    this.turns.addTurn(id, text);
-    await this.send(MessageType.UserMessage, body);
+  private onTool(turn: Turn, tool: ToolCall): void {
+    const li = el("li", "tool");
+    li.dataset.requestId = tool.request.id;
+    li.append(
+      el("span", "tool-name", `⚙ ${tool.request.toolName}`),
+      el("span", "tool-args", ` ${short(tool.request.parameters)} `),
+      el("span", "tool-exec", `[${tool.request.execution}]`),
+      el("span", "tool-result", " …"),
+    );
+    this.view(turn).steps.append(li);
   }
 
-  // --- sending ---------------------------------------------------------------------
-
-  private async send(type: number, body: Body): Promise<Envelope> {
-    const env: Envelope = {
-      stanzaId: ++this.stanza,
-      conversationId: this.conversationId,
-      type,
-      body,
-    };
-    await this.publish(env);
-    return env;
-  }
-
-  private async publish(env: Envelope): Promise<void> {
-    // Only ever to the trusted agent, still in the room and still an agent: never to the
-    // whole room, nor to whoever now holds a departed agent's identity.
-    const agent = this.trust.current(this.room.remoteParticipants);
-    if (!agent) return;
-    await this.room.localParticipant.publishData(encodeEnvelope(env), {
-      reliable: true,
-      topic: DATA_TOPIC,
-      destinationIdentities: [agent.identity],
-    });
-  }
-
-  /** One Configuration waits for its reply at a time. */
-  private configure(body: Body): Promise<Body> {
-    const run = this.configChain.then(() => this.configureNow(body));
-    this.configChain = run.catch(() => undefined);
-    return run;
-  }
-
-  private async configureNow(body: Body): Promise<Body> {
-    const reply = new Promise<Body | Error>((resolve) => (this.configWaiter = resolve));
-    const env = await this.send(MessageType.Configuration, body);
-    const deadline = Date.now() + CONFIG_TIMEOUT_MS;
-    for (;;) {
-      const got = await Promise.race([
-        reply,
-        new Promise<null>((r) => setTimeout(() => r(null), RESEND_MS)),
-      ]);
-      if (got instanceof Error) throw got;
-      if (got !== null) return got;
-      if (Date.now() > deadline) {
-        this.configWaiter = undefined;
-        throw new Error("the agent did not answer our Configuration");
-      }
-      // The agent may not know us yet right after joining: repeat the same envelope.
-      this.resent.add(String(env.stanzaId));
-      await this.publish(env);
+  private onToolResult(turn: Turn, tool: ToolCall): void {
+    const v = this.view(turn);
+    const li = v.steps.querySelector<HTMLElement>(`li.tool[data-request-id="${CSS.escape(tool.request.id)}"]`);
+    const out = li?.querySelector(".tool-result");
+    const r = tool.result;
+    if (!li || !out || !r) return;
+    if (r.success) {
+      out.textContent = ` → ${short(r.result)}`;
+    } else {
+      li.classList.add("failed");
+      out.textContent = ` → failed: ${r.errorMessage ?? r.errorCode ?? "error"}`;
     }
   }
 
-  // --- receiving -------------------------------------------------------------------
-
-  private onParticipant(p: Participant): void {
-    this.trust.joined(p);
-    this.checkAgent(); // a newcomer may have taken the agent's identity
-    if (this.trust.offer(p, this.room.remoteParticipants)) this.adopted();
-    this.checkAgent();
-  }
-
-  // --- following the agent across takeovers ------------------------------------------
-
-  /** The trusted agent left (or its identity now belongs to someone else)? */
-  private checkAgent(): void {
-    const present = [...this.room.remoteParticipants.values()];
-    document.body.dataset.agents = String(present.filter((p) => this.trust.matches(p)).length);
-    const gone = this.trust.identity;
-    if (!gone || !this.trust.leave(this.room.remoteParticipants)) return;
-    this.ready = false;
-    if (this.trust.successor(this.room.remoteParticipants)) {
-      this.adopted();
-      return;
+  private onDone(turn: Turn): void {
+    const v = this.view(turn);
+    v.answer.textContent = turn.answer;
+    v.el.dataset.state = turn.status === "error" ? "error" : "done";
+    v.el.dataset.end = turn.status; // done | partial | stopped | error
+    if (turn.error) this.showError(turn);
+    if (v.shown === 0 && turn.hiddenSteps === 0) {
+      v.count.textContent = this.client.assembler.showReasoning ? "no reasoning steps" : "reasoning hidden";
     }
-    document.body.dataset.agentState = "waiting";
-    const seconds = AGENT_TIMEOUT_MS / 1000;
-    this.notice(`the agent left (${gone}); waiting up to ${seconds} s for another agent…`);
-    this.setState("waiting-agent", `the agent left; waiting up to ${seconds} s for another agent…`);
-    clearTimeout(this.lostTimer);
-    this.lostTimer = setTimeout(() => this.agentLost(gone), AGENT_TIMEOUT_MS);
   }
 
-  private adopted(): void {
-    const identity = this.trust.identity;
-    if (!identity) return;
-    const previous = this.lastAgent;
-    this.lastAgent = identity;
-    document.body.dataset.agent = identity;
-    clearTimeout(this.lostTimer);
-    this.lost = undefined;
-    this.agentWaiter?.();
-    if (!this.conversationId) return; // the handshake (repeated) goes to this agent
-    this.ready = false;
-    document.body.dataset.agentState = "resuming";
-    this.setState("handshake", `agent ${identity} took over; resuming…`);
-    void this.resume(identity, previous);
-  }
-
-  /** Resume with a new agent (§4.9); without a replay when it cannot give one. */
-  private async resume(identity: string, previous?: string): Promise<void> {
-    const seen = this.sequence.high;
-    const body = (last: number): Body => ({
-      conversationId: this.conversationId,
-      lastSequenceSeen: last,
-      clientVersion: CLIENT_VERSION,
-      device: "web",
-      features: featuresFor(this.showReasoning),
-    });
-    const what = previous === identity ? "rejoined" : "was replaced";
-    let text = `the agent ${what} (${identity}); resumed after server message ${seen}`;
-    try {
-      await this.configure(body(seen));
-    } catch (err) {
-      if (seen === 0) return this.resumeFailed(identity, err);
-      try {
-        await this.configure(body(0)); // it cannot replay (202): continue without
-      } catch (again) {
-        return this.resumeFailed(identity, again);
-      }
-      text = `the agent ${what} (${identity}); resumed without a replay (${String(err)})`;
-      this.turns.endUnfinished(
-        `error 503: the agent was replaced (${identity}) before it answered: ask again`,
-      );
-    }
-    if (this.trust.identity !== identity) return; // replaced again meanwhile
-    this.agentChanges++;
-    document.body.dataset.agentChanges = String(this.agentChanges);
-    document.body.dataset.agentState = "ready";
-    this.notice(text);
-    this.setState("ready", `ready · conversation ${this.conversationId} · ${text}`);
-    this.setReady();
-  }
-
-  private resumeFailed(identity: string, err: unknown): void {
-    this.fail(new Error(`the new agent ${identity} did not resume: ${String(err)}`));
-  }
-
-  private agentLost(identity: string): void {
-    if (this.trust.identity) return;
-    const seconds = AGENT_TIMEOUT_MS / 1000;
-    this.fail(new Error(`the agent ${identity} left and no agent took over within ${seconds} s`));
-  }
-
-  private fail(err: Error): void {
-    this.lost = err;
-    document.body.dataset.agentState = "lost";
-    this.notice(err.message);
-    this.setState("error", `error: ${err.message}`);
-    this.setReady();
-  }
-
-  private setReady(): void {
-    this.ready = true;
-    const waiters = this.readyWaiters;
-    this.readyWaiters = [];
-    for (const w of waiters) w();
-  }
-
-  /** Wait until requests may go out (an agent resumed), or throw why they cannot. */
-  private async untilReady(): Promise<void> {
-    if (!this.ready) await new Promise<void>((resolve) => this.readyWaiters.push(resolve));
-    if (this.lost) throw this.lost;
+  private showError(turn: Turn): void {
+    const v = this.view(turn);
+    if (!turn.error || v.errorShown) return;
+    v.errorShown = true;
+    v.el.append(el("div", "error", `error ${turn.error.code}: ${turn.error.message}`));
   }
 
   /** A visible line in the log about the agent. */
   private notice(text: string): void {
+    this.lastNotice = text;
     const div = el("div", "notice", text);
     div.setAttribute("role", "status");
     div.style.cssText = "margin:0.5em 0;padding:0.4em 0.6em;background:#fff4d6;border-left:3px solid #d9a400;";
     this.log.append(div);
     div.scrollIntoView({ block: "end" });
   }
-
-  private onData(payload: Uint8Array, participant?: Participant, topic?: string): void {
-    if (topic !== DATA_TOPIC) return;
-    if (!participant || !this.trust.trusts(participant)) {
-      if (participant?.identity === this.trust.identity) this.checkAgent();
-      this.untrusted++;
-      document.body.dataset.untrusted = String(this.untrusted);
-      return;
-    }
-    let env: Envelope;
-    try {
-      env = decodeEnvelope(payload);
-    } catch (err) {
-      if (err instanceof ProtocolError) {
-        console.warn("undecodable packet", err.message);
-        return;
-      }
-      throw err;
-    }
-    if (env.stanzaId >= 0) return; // not from the server
-    if (!this.sequence.accept(participant.identity, env.stanzaId)) return; // replayed duplicate
-    this.handle(env);
-  }
-
-  private handle(env: Envelope): void {
-    const b = env.body;
-    if (env.type === MessageType.Configuration) {
-      const w = this.configWaiter;
-      this.configWaiter = undefined;
-      w?.(b);
-    } else if (env.type === MessageType.ErrorMessage) {
-      this.onError(b);
-    } else {
-      this.turns.handle(env);
-    }
-  }
-
-  private onError(b: Body): void {
-    const origin = str(b, "originatingId");
-    if (origin && this.resent.delete(origin)) return; // complaint about our own repeat
-    const text = `error ${num(b, "code") ?? "?"}: ${str(b, "message", "content") ?? ""}`;
-    if (this.turns.turnError(origin, text)) return;
-    if (this.configWaiter) {
-      const w = this.configWaiter;
-      this.configWaiter = undefined;
-      w(new Error(text));
-    }
-    this.log.append(el("div", "error", text));
-  }
-
 }
 
 function main(): void {
@@ -439,23 +321,21 @@ function main(): void {
   roomInput.value = params.get("room") ?? newId("conv");
   identityInput.value = params.get("identity") ?? newId("web").slice(0, 14);
   if (params.get("reasoning") === "off") toggle.checked = false;
-  const client = new DebugClient(
-    $("log"),
-    $("status"),
-    toggle.checked,
-    params.get("agent") ?? undefined,
-  );
+  const page = new DebugPage($("log"), $("status"), toggle.checked, params.get("agent") ?? undefined);
+  const client = page.client;
   document.body.dataset.state = "idle";
+  const failed = (what: string) => (err: unknown) =>
+    page.setStatus("error", `${what}: ${err instanceof Error ? err.message : String(err)}`);
 
   const connect = async (): Promise<void> => {
     connectBtn.disabled = true;
     roomInput.disabled = identityInput.disabled = true;
     try {
-      await client.connect(roomInput.value.trim(), identityInput.value.trim());
+      await page.connect(roomInput.value.trim(), identityInput.value.trim());
       input.disabled = sendBtn.disabled = micBtn.disabled = false;
       input.focus();
     } catch (err) {
-      client.setState("error", `error: ${err instanceof Error ? err.message : String(err)}`);
+      failed("error")(err);
       connectBtn.disabled = false;
       roomInput.disabled = identityInput.disabled = false;
     }
@@ -466,25 +346,25 @@ function main(): void {
     const text = input.value.trim();
     if (!text || input.disabled) return;
     input.value = "";
-    client.ask(text).catch((err: unknown) => client.setState("error", `error: ${String(err)}`));
+    client.ask(text).catch(failed("error"));
   });
   toggle.addEventListener("change", () => {
     toggle.disabled = true;
     client
       .setShowReasoning(toggle.checked)
-      .catch((err: unknown) => client.setState("error", `error: ${String(err)}`))
+      .catch(failed("error"))
       .finally(() => (toggle.disabled = false));
   });
   micBtn.addEventListener("click", () => {
     const on = micBtn.getAttribute("aria-pressed") !== "true";
     micBtn.disabled = true;
-    client
+    page
       .setMicrophone(on)
       .then(() => {
         micBtn.setAttribute("aria-pressed", String(on));
         micBtn.textContent = on ? "mic on" : "mic off";
       })
-      .catch((err: unknown) => client.setState("error", `microphone: ${String(err)}`))
+      .catch(failed("microphone"))
       .finally(() => (micBtn.disabled = false));
   });
   if (params.get("autoconnect") === "1") void connect();
