@@ -5,7 +5,9 @@ checked here: speed is measured, never tested."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -128,6 +130,25 @@ def test_every_benchmark_script_is_run_by_this_module() -> None:
     names = sorted(p.name for p in (ROOT / "bench").glob("*.py") if not p.name.startswith("_"))
     missing = [n for n in names if f'"bench/{n}"' not in here and f'"{n}"' not in here]
     assert names and missing == []
+
+
+def test_the_js_codec_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
+    """bench/js_codec.mjs (Node, the npm package's codec vs plain @msgpack/msgpack), tiny."""
+    node = shutil.which(
+        "node", path=os.pathsep.join([os.environ.get("PATH", ""), str(Path(sys.executable).parent)])
+    )
+    assert node is not None, "node not found: run ./scripts/setup"
+    done = subprocess.run(
+        [node, str(ROOT / "bench" / "js_codec.mjs"), "--n", "50", "--rounds", "2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(_result(("decode_vs_plain", "encode_vs_plain")), last), last
 
 
 def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
