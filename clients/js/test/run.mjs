@@ -21,7 +21,7 @@ await build({
   platform: "node",
   format: "esm",
   target: "node20",
-  external: ["livekit-client", "msgpackr", "@msgpack/msgpack"],
+  external: ["livekit-client", "msgpackr", "@msgpack/msgpack", "react", "react-dom", "@livekit/components-react"],
   logLevel: "warning",
 });
 const files = tests.map((f) => join(out, f.replace(/\.ts$/, ".mjs")));
