@@ -2,7 +2,9 @@
 // tolerance of the Python decoder (DECISIONS.md rows 8-25), typed errors, strict encoding.
 
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { test } from "node:test";
+import { fileURLToPath } from "node:url";
 
 import { encode } from "@msgpack/msgpack";
 import { Unpackr, pack } from "msgpackr";
@@ -141,4 +143,15 @@ test("encoding is strict: literals, ranges, size", () => {
   const bytes = encodeEnvelope(env(5, { ...BODIES[5], sequence: 3, extra: 1 } as Record<string, unknown>));
   assert.deepEqual(Object.keys((unpackr.unpack(bytes) as Envelope).body).sort(), Object.keys(BODIES[5]).sort());
   assert.equal(MessageType.AssistantSentence, 16);
+});
+
+test("every client envelope of tests/interop/msgpackr.mjs (msgpackr's plain pack) decodes", () => {
+  const script = fileURLToPath(new URL("../../../tests/interop/msgpackr.mjs", import.meta.url));
+  const out = execFileSync(process.execPath, [script, "pack"], { encoding: "utf8" });
+  const { cases } = JSON.parse(out) as { cases: { name: string; hex: string }[] };
+  assert.ok(cases.length >= 10);
+  for (const c of cases) {
+    const got = decodeEnvelope(Buffer.from(c.hex, "hex"));
+    assert.ok(Object.values(got.body).every((v) => v !== undefined), c.name);
+  }
 });
