@@ -55,8 +55,7 @@ pytestmark = pytest.mark.integration
 
 PAD_S = 0.3
 """``speak`` pads the speech with this much faint noise: the question ends before it."""
-FIRST_REMARK_BOUND_S = 2.6
-"""Seconds from the end of the question to the first remark's sound (see its assertion)."""
+
 ANSWER_WORDS = {"soft", "yolk", "boil", "egg", "minutes", "hard", "cold", "water"}
 
 
@@ -182,12 +181,9 @@ async def test_remarks_fill_the_silence_with_summaries_and_never_the_reasoning(
     runs = sound_runs(listener.recorder.loud(after=listener.ended))
     remarks = listener.remarks()
     texts = [c.content for c in remarks]
-    # Heard: a first remark soon after the question, never 3 s of silence, then the answer.
-    # The issue asks for the first remark within 2 s: measured 1.2-1.6 s on a warm machine,
-    # 2.33 s on a fresh clone's first voice turn (the turn ended 1.6 s after the speech, and
-    # a fast model gets 0.7 s after the turn), so the bound here is what a cold machine
-    # holds, not the target.
-    assert runs[0][0] - listener.ended < FIRST_REMARK_BOUND_S, (runs, texts, log)
+    # Heard: a first remark within 2 s of the question, never 3 s of silence, then the
+    # answer.
+    assert runs[0][0] - listener.ended < 2.0, (runs, texts, log)
     assert listener.recorder.longest_silence(listener.ended, answer_end) < 3.0, (runs, texts)
     assert len(remarks) >= 2, texts
     assert {c.target_id for c in remarks} == {transcript.id}
@@ -239,7 +235,9 @@ async def test_a_model_that_answers_within_the_delay_gets_no_remark(
     livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
 ) -> None:
     spec = llm.spec(SHAPE)
-    llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.002))
+    # Reasoning for 0.08 s, then the answer: its first sentence is ready well within the
+    # 0.5 s the model gets after the turn before a first remark.
+    llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
     room = f"progress-fast-{new_id('r')}"
     async with joined(livekit_server, room, "alice") as r:
         listener = Listener(r, room)

@@ -19,7 +19,14 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from livekit import api, rtc
-from livekit.agents import AgentServer, AutoSubscribe, JobContext, JobExecutorType, JobRequest
+from livekit.agents import (
+    AgentServer,
+    AutoSubscribe,
+    JobContext,
+    JobExecutorType,
+    JobProcess,
+    JobRequest,
+)
 
 from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.tools import default_tools
@@ -78,6 +85,13 @@ def _room_load(server: AgentServer, *, max_rooms: int) -> float:
     return len(server.active_jobs) / max_rooms
 
 
+def _prewarm_offline_speech(proc: JobProcess) -> None:
+    """A job process's prewarm: the VAD and the recognizer, before a room is assigned."""
+    from alicia.agent.speech import prewarm
+
+    prewarm()
+
+
 def build_server(settings: Settings) -> AgentServer:
     """The AgentServer for ``settings``, with :func:`entrypoint` as its rtc session."""
     if settings.native_logs == "stderr":
@@ -100,6 +114,8 @@ def build_server(settings: Settings) -> AgentServer:
         port=settings.http_port,
         **options,
     )
+    if settings.voice_mode == "offline":
+        server.setup_fnc = _prewarm_offline_speech
     if settings.max_rooms is not None:
         server.load_fnc = functools.partial(_room_load, max_rooms=settings.max_rooms)
     threshold = settings.load_threshold

@@ -65,9 +65,9 @@ logger = logging.getLogger("alicia.progress")
 
 _BIND_TIMEOUT_S: Final = 1.0
 """How long a progress speech waits for the answer it stands in front of."""
-_MIN_AFTER_TURN_S: Final = 0.7
+_MIN_AFTER_TURN_S: Final = 0.5
 """However late the turn ended, the model gets this long before the first remark: a
-fast model's answer is never preceded by one."""
+model whose first sentence is ready by then is never preceded by one."""
 _LEAD_S: Final = 0.4
 """A remark is chosen and synthesized this long before it is due."""
 _STALE_END_S: Final = 10.0
@@ -343,6 +343,14 @@ class ProgressSpeaker:
                 max(ended + self._delay_s, box.at + min(self._delay_s, _MIN_AFTER_TURN_S), now)
                 if a.quiet_since is None
                 else a.quiet_since + self._gap_s
+            )
+            logger.debug(
+                "progress speech bound",
+                extra={
+                    "since_user_end_s": round(now - ended, 3),
+                    "since_turn_end_s": round(now - box.at, 3),
+                    "due_in_s": round(due - now, 3),
+                },
             )
             # Each remark is chosen and synthesized a little before it is due, so that
             # it starts on time.

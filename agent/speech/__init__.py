@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .espeak import EspeakTTS
-    from .offline import OfflineSpeech, load_vad, offline_speech, register_plugins
+    from .offline import OfflineSpeech, load_vad, offline_speech, prewarm, register_plugins
     from .sphinx import PocketSphinxSTT
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "PocketSphinxSTT",
     "load_vad",
     "offline_speech",
+    "prewarm",
     "register_plugins",
 ]
 
@@ -32,6 +33,7 @@ _HOMES = {
     "PocketSphinxSTT": "sphinx",
     "load_vad": "offline",
     "offline_speech": "offline",
+    "prewarm": "offline",
     "register_plugins": "offline",
 }
 

@@ -10,9 +10,9 @@ from livekit.agents import stt, tts, vad
 
 from .early import EarlyStreamAdapter
 from .espeak import EspeakTTS
-from .sphinx import PocketSphinxSTT
+from .sphinx import PocketSphinxSTT, start_recognizer
 
-__all__ = ["OfflineSpeech", "load_vad", "offline_speech", "register_plugins"]
+__all__ = ["OfflineSpeech", "load_vad", "offline_speech", "prewarm", "register_plugins"]
 
 _VAD: vad.VAD | None = None
 _VAD_LOCK = threading.Lock()
@@ -33,6 +33,13 @@ def load_vad() -> vad.VAD:
 
             _VAD = silero.VAD.load()
         return _VAD
+
+
+def prewarm() -> None:
+    """Load the VAD and start the recognizer process (with a decoder loading) now: in a
+    job process's prewarm, so that a room's first utterance finds them ready."""
+    load_vad()
+    start_recognizer()
 
 
 @dataclass(frozen=True, slots=True)

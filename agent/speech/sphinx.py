@@ -10,9 +10,11 @@ or more, each part decoded on its own (:mod:`.decoding`), in a process of its ow
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Final, Never
 
@@ -24,7 +26,7 @@ from livekit.agents.types import NOT_GIVEN, APIConnectOptions, NotGivenOr
 
 from .decoding import RATE, decode_16k, recognize_16k, serve
 
-__all__ = ["RATE", "PocketSphinxSTT", "decode", "to_16k"]
+__all__ = ["RATE", "PocketSphinxSTT", "decode", "start_recognizer", "to_16k"]
 
 
 def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
@@ -52,7 +54,7 @@ class PocketSphinxSTT(stt.STT[Never]):
     def __init__(self) -> None:
         """The wheel's en-us acoustic model, language model and dictionary."""
         super().__init__(capabilities=stt.STTCapabilities(streaming=False, interim_results=False))
-        _recognizer()  # the first utterance finds the recognizer loaded
+        start_recognizer()  # the first utterance finds the recognizer loaded
 
     @property
     def model(self) -> str:
@@ -76,15 +78,30 @@ class PocketSphinxSTT(stt.STT[Never]):
         if frame.num_channels > 1:
             pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
         audio = to_16k(pcm, frame.sample_rate).tobytes()
+        started = time.monotonic()
         text = await asyncio.get_running_loop().run_in_executor(_recognizer(), recognize_16k, audio)
+        logger.debug(
+            "recognized",
+            extra={
+                "audio_s": round(len(audio) / 2 / RATE, 2),
+                "took_s": round(time.monotonic() - started, 3),
+            },
+        )
         return stt.SpeechEvent(
             type=stt.SpeechEventType.FINAL_TRANSCRIPT,
             alternatives=[stt.SpeechData(language=LanguageCode("en"), text=text)],
         )
 
 
+logger = logging.getLogger("alicia.speech")
+
 _POOL: ProcessPoolExecutor | None = None
 _POOL_LOCK: Final = threading.Lock()
+
+
+def start_recognizer() -> None:
+    """Start this process's recognizer (once), so the first utterance need not wait."""
+    _recognizer()
 
 
 def _recognizer() -> ProcessPoolExecutor:
