@@ -282,7 +282,7 @@ async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
         listener = Listener(r, room)
         # A first, fast answer: livekit-agents ignores the user's audio during the first
         # 3 s the agent speaks in a session (its echo-cancellation warm-up).
-        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.002))
+        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
         await listener.ask(spec.user)
         await listener.hear_answer()
         llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
@@ -333,7 +333,7 @@ async def test_the_llm_never_reads_a_remark(
         await listener.hear_answer()
         texts = [c.content for c in listener.remarks()]
         assert texts
-        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.002))
+        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
         await listener.client.send(
             UserMessage(id=new_id("m"), conversation_id=room, content="And a duck egg?")
         )
