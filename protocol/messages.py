@@ -255,11 +255,12 @@ class ControlStop(_Body, frozen=True):
 
 
 class ControlVariation(_Body, frozen=True):
-    """Type 11: edit a user message or regenerate its answer."""
+    """Type 11: edit a user message, regenerate (or ``retry``) its answer, or ``continue``
+    a stopped or partial answer (``targetId`` the answer, or its user message)."""
 
     conversation_id: str
     target_id: str
-    mode: Literal["edit", "regenerate"]
+    mode: Literal["edit", "regenerate", "continue", "retry"]
     new_content: str | None = None
 
 

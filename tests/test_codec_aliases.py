@@ -243,9 +243,10 @@ class TestIgnoredExtensions:
         assert isinstance(env.body, ControlVariation)
         assert env.body.new_content == "fixed"
 
-    @pytest.mark.parametrize("mode", ["continue", "retry", ""])
+    @pytest.mark.parametrize("mode", ["resume", "Retry", ""])
     def test_control_variation_other_modes_are_rejected(self, mode: str) -> None:
-        # PROTOCOL.md §3.11: anything but edit/regenerate => ErrorMessage (DECISIONS.md #14).
+        # PROTOCOL.md §3.11: anything but edit/regenerate/continue/retry => ErrorMessage
+        # (DECISIONS.md #14).
         body = {"conversationId": C, "targetId": "msg_u", "mode": mode}
         with pytest.raises(ValidationError, match=r"\$\.body\.mode"):
             decode(_packet(11, body))

@@ -360,3 +360,69 @@ class TestMsgpackrReadsUs:
             "Transcription0.12345679": struct.unpack(">f", struct.pack(">f", 0.123456789))[0],
             "MemoryTrace1.0": 1,
         }
+
+
+# --- the original front end's other variation modes: continue and retry ----------------
+
+VARIATIONS_JS: Final = """
+import { pack } from "msgpackr";
+const conversationId = %s;
+const cases = [];
+let stanza = 7;
+for (const [name, targetId, mode] of %s) {
+  const body = { conversationId, targetId, mode, newContent: undefined };
+  const env = { stanzaId: ++stanza, conversationId, type: 11, meta: undefined, body };
+  cases.push({ name, hex: Buffer.from(pack(env)).toString("hex") });
+}
+process.stdout.write(JSON.stringify(cases));
+"""
+ANSWER: Final = "msg_a1A2B3C4D5E6F7G8H9I0J"
+"""An answer id, as msgpackr.mjs names it: the original front end's targetId for continue."""
+
+
+@pytest.fixture(scope="module")
+def variations() -> dict[str, bytes]:
+    """msgpackr's plain ``pack`` of ControlVariation continue/retry as the front end sends
+    them (unset ``newContent`` and ``meta`` undefined); the one kind it sent that we refused."""
+    cases = [
+        ["continue/answer", ANSWER, "continue"],
+        ["continue/user", USER_MSG, "continue"],
+        ["retry", USER_MSG, "retry"],
+    ]
+    script = VARIATIONS_JS % (json.dumps(CONV), json.dumps(cases))
+    proc = subprocess.run(
+        [node_binary(), "--input-type=module", "-e", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=SCRIPT.parents[2],  # msgpackr resolves from the repository's node_modules
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {c["name"]: bytes.fromhex(c["hex"]) for c in json.loads(proc.stdout)}
+
+
+class TestContinueAndRetry:
+    def test_msgpackr_writes_undefined_in_them(self, variations: dict[str, bytes]) -> None:
+        assert all(UNDEFINED in data for data in variations.values())
+
+    @pytest.mark.parametrize(
+        ("name", "target", "mode"),
+        [
+            ("continue/answer", ANSWER, "continue"),
+            ("continue/user", USER_MSG, "continue"),
+            ("retry", USER_MSG, "retry"),
+        ],
+    )
+    def test_both_modes_decode(
+        self, variations: dict[str, bytes], name: str, target: str, mode: str
+    ) -> None:
+        env = decode(variations[name])
+        assert (env.type, env.meta, env.conversation_id) == (
+            MessageType.CONTROL_VARIATION,
+            None,
+            CONV,
+        )
+        assert env.body == ControlVariation(conversation_id=CONV, target_id=target, mode=mode)  # type: ignore[arg-type]
+        assert env.body.new_content is None
+        assert decode(encode(env)) == env

@@ -186,6 +186,8 @@ class TurnRequest:
 
     ``replaces`` names the user message this turn supersedes (edit/regenerate): history
     from that message on is dropped first. ``voice`` marks a spoken (transcribed) turn.
+    ``continues`` names the answer this turn continues (ControlVariation ``continue``):
+    ``text`` is then the instruction to continue, and the new answer follows that one.
     """
 
     user_id: str
@@ -193,6 +195,7 @@ class TurnRequest:
     requester: str
     replaces: str | None = None
     voice: bool = False
+    continues: str | None = None
 
 
 @dataclass(slots=True, eq=False)

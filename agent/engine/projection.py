@@ -11,8 +11,9 @@
   only the sealed step is stored;
 * ``ToolRequested`` / ``ToolFinished`` -> ToolUseRequest (``execution: server``) and
   ToolUseResult, to every client;
-* ``AnswerStarted`` / ``SentenceReady`` -> StartAnswer and AssistantSentence
-  (``sequence`` 1..M, last one ``isFinal``) to streaming clients;
+* ``AnswerStarted`` / ``SentenceReady`` -> StartAnswer (``previousId`` = the user message,
+  or the answer a ``continue`` continues) and AssistantSentence (``sequence`` 1..M, last
+  one ``isFinal``) to streaming clients;
 * ``TurnEnded`` -> one AssistantMessage to the clients that do not stream, the exchange
   into the history, an ErrorMessage to the requester if the turn failed, and the
   Acknowledgements of the ControlStops that ended it.
@@ -54,6 +55,7 @@ from .events import (
 from .participants import TurnRequest, Visibility
 from .sink import META_FIRST_REASONING_MS, META_USAGE
 from .turn import Exchange
+from .variation import merge
 
 if TYPE_CHECKING:
     from .session import ProtocolSession
@@ -159,7 +161,7 @@ class TurnProjection:
         if self._message_to:
             message = AssistantMessage(
                 id=self.answer_id,
-                previous_id=request.user_id,
+                previous_id=self._answers,
                 conversation_id=s.id,
                 content=ended.answer,
                 state="complete" if ended.status == "complete" else "partial",
@@ -176,7 +178,9 @@ class TurnProjection:
             request.requester,
             kept=ended.kept,
         )
-        s.close_turn(self, exchange)
+        if request.continues is not None:  # one answer (both texts) for the model
+            merge(s.history, request.continues, exchange)
+        s.close_turn(self, None if request.continues is not None else exchange)
         if ended.error is not None:
             p = s.participants.get(request.requester)
             if p is not None:
@@ -275,6 +279,11 @@ class TurnProjection:
                 return
             await s.outbox.emit(body, to, meta, store=False, level="summary")
 
+    @property
+    def _answers(self) -> str:
+        """What the answer follows: the user message, or the answer it continues."""
+        return self.request.continues or self.request.user_id
+
     async def _open_answer(self) -> None:
         s = self._session
         self._answer_started = True
@@ -285,7 +294,7 @@ class TurnProjection:
         if self._stream_form:
             start = StartAnswer(
                 id=self.answer_id,
-                previous_id=self.request.user_id,
+                previous_id=self._answers,
                 conversation_id=s.id,
                 answer_type="text+voice" if s.source.speaks else "text",
             )

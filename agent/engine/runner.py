@@ -1,10 +1,12 @@
 """The engine's own turn source: a queue per participant, one :class:`Turn` at a time.
 
 :class:`TurnRunner` runs each participant's turns (UserMessages, variations, final
-transcripts) in that participant's own task, one after another, from a bounded queue
-(full: ErrorMessage 504). Each turn is a :class:`~alicia.agent.engine.turn.Turn` whose events
-go through the session's projection (:meth:`ProtocolSession.open_turn`); a stop cancels
-the turn's LLM stream or tool at once and the turn still ends properly.
+transcripts) in that participant's own task, one after another, from a
+bounded queue (full: ErrorMessage 504). A ``continue`` turn is sent the conversation up
+to the answer it continues (:func:`~alicia.agent.engine.variation.continuation`). Each
+turn is a :class:`~alicia.agent.engine.turn.Turn` whose events go through the session's
+projection (:meth:`ProtocolSession.open_turn`); a stop cancels the turn's LLM stream or
+tool at once and the turn still ends properly.
 
 Reasoning goes back to the LLM only where the provider's pass-back rule needs it
 (:mod:`alicia.agent.llm.providers`), sealed with the conversation's data key while it waits
@@ -28,6 +30,7 @@ from .participants import Overloaded, Participant, TurnRequest
 from .session import ProtocolSession
 from .tools import ToolBox
 from .turn import Exchange, Turn, TurnOptions
+from .variation import continuation
 
 __all__ = ["TurnRunner", "session_keeper"]
 
@@ -145,13 +148,19 @@ class TurnRunner:
         s = self._session
         if request.replaces is not None:
             s.history[:] = _before(s.history, request.replaces)
+        history, text = s.history, request.text
+        if request.continues is not None:  # the conversation up to the answer continued
+            context = await continuation(s, request)
+            if context is None:
+                return
+            history, text = context
         turn = Turn(
             user_id=request.user_id,
-            text=request.text,
+            text=text,
             answer_id=new_id(id_prefix.MESSAGE),
             llm=self._llm,
             options=self._options,
-            history=s.history,
+            history=history,
             tools=self._tools,
             steps=s.steps,
             seed=s.sink.last_step_index,

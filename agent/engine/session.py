@@ -72,7 +72,6 @@ from alicia.protocol import ids as id_prefix
 from .outbox import Outbox, ReplayBudget, ReplayGap
 from .participants import (
     DuplicateId,
-    InvalidState,
     NotPermitted,
     Overloaded,
     PacketTooLarge,
@@ -88,6 +87,7 @@ from .source import TurnSource
 from .takeover import replay_stored, restore, seal_for
 from .transport import Left, Packet, Peer, Transport
 from .turn import Exchange
+from .variation import on_variation
 
 __all__ = ["ProtocolSession", "ReplayGap"]
 
@@ -328,7 +328,8 @@ class ProtocolSession:
         rest = [Feature.STREAMING, *([Feature.TOOL_USE] if self.source.tool_use else [])]
         return [str(f) for f in (*reasoning, *rest)]
 
-    def _refuse(self, reason: str, sender: str, **extra: object) -> None:
+    def refuse(self, reason: str, sender: str, **extra: object) -> None:
+        """Count (and log) input refused or dropped for ``reason``."""
         self.refused[reason] += 1
         logger.info(
             "input refused",
@@ -338,7 +339,7 @@ class ProtocolSession:
     async def _on_packet(self, packet: Packet) -> None:
         if packet.peer.kind == "agent":
             # Another agent (a second worker, a recorder): not a client of this one.
-            self._refuse("from_agent", packet.sender)
+            self.refuse("from_agent", packet.sender)
             return
         p = self.participant(packet.sender, packet.peer)
         if not p.packets.take():
@@ -367,7 +368,7 @@ class ProtocolSession:
             env = msgspec.structs.replace(env, conversation_id=self.id)
         if not isinstance(body, _FROM_CLIENTS):
             # Only the agent sends these; one from a client is a forgery or a bug.
-            self._refuse("server_only_type", p.identity, type=int(env.type))
+            self.refuse("server_only_type", p.identity, type=int(env.type))
             await self.error(
                 p,
                 NotPermitted(f"message type {int(env.type)} is sent by the agent only"),
@@ -394,7 +395,7 @@ class ProtocolSession:
         elif isinstance(body, ControlStop):
             await self._on_stop(p, body, env.stanza_id)
         elif isinstance(body, ControlVariation):
-            await self._on_variation(p, body, env.stanza_id)
+            await on_variation(self, p, body, env.stanza_id)
         elif isinstance(body, Commentary):
             ack = Acknowledgement(
                 conversation_id=self.id,
@@ -431,7 +432,7 @@ class ProtocolSession:
             await self.outbox.send(reply, [p.identity])
             return
         if p.resumes is not None and not p.resumes.take():
-            self._refuse("resume_rate", p.identity)
+            self.refuse("resume_rate", p.identity)
             raise Overloaded("too many resume requests: slow down")
         out = self.outbox
         async with out.lock:  # nothing else goes out between the replies and the replay
@@ -442,7 +443,7 @@ class ProtocolSession:
                 else:
                     replay = out.replay(seen, p.identity, p.step_level, max_bytes=budget)
             except ReplayBudget:
-                self._refuse("replay_budget", p.identity)
+                self.refuse("replay_budget", p.identity)
                 raise
             p.configured = True
             ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
@@ -457,7 +458,7 @@ class ProtocolSession:
 
     async def _on_user_message(self, p: Participant, env: Envelope[Any], body: UserMessage) -> None:
         if body.id in self._ids or await lookup_message(self.sink, body.id) is not None:
-            self._refuse("duplicate_id", p.identity)  # in memory, or stored (older, elsewhere)
+            self.refuse("duplicate_id", p.identity)  # in memory, or stored (older, elsewhere)
             raise DuplicateId(f"message id {body.id!r} is already used in this conversation")
         replaces = p.pending_edit
         if replaces is not None:
@@ -483,7 +484,7 @@ class ProtocolSession:
             else:  # a finished turn, or one still waiting in a queue
                 owner = self.owner(body.target_id) or self.source.queued_owner(body.target_id)
             if owner is not None and not self.may_act_for(p, owner):
-                self._refuse("not_permitted", p.identity, action="stop")
+                self.refuse("not_permitted", p.identity, action="stop")
                 raise NotPermitted(f"{body.target_id!r} is another participant's turn")
         if kind in ("speech", "all"):
             last = self.history[-1].requester if self.history else None
@@ -504,51 +505,6 @@ class ProtocolSession:
             conversation_id=self.id, acknowledged_stanza_id=stanza_id, notes=notes
         )
         await self.outbox.send(ack, [p.identity])
-
-    async def _on_variation(self, p: Participant, body: ControlVariation, stanza_id: int) -> None:
-        target = body.target_id
-        text = self._user_text(target)
-        if text is None:
-            raise InvalidState(f"no user message {target!r} in this conversation")
-        owner = self.owner(target)
-        if not self.may_act_for(p, owner):
-            self._refuse("not_permitted", p.identity, action=body.mode)
-            raise NotPermitted(f"{target!r} is another participant's message")
-        requester = owner or p.identity
-        if body.mode == "regenerate":
-            request: TurnRequest | None = TurnRequest(target, text, requester, replaces=target)
-        elif body.new_content is not None:
-            request = TurnRequest(new_id(id_prefix.MESSAGE), body.new_content, requester, target)
-        else:
-            request = None
-        for turn in self.turns:
-            if turn.request.user_id == target:
-                turn.stop()
-        ack = Acknowledgement(
-            conversation_id=self.id,
-            acknowledged_stanza_id=stanza_id,
-            acknowledged_message_id=target,
-        )
-        await self.outbox.send(ack, [p.identity])
-        if request is not None:
-            try:
-                await self.source.submit(p, request)
-            except ProtocolError as exc:
-                await self.error(p, exc)
-            else:
-                self.remember(request.user_id)
-            return
-        p.pending_edit = target
-        if p.edit_timer is not None:
-            p.edit_timer.cancel()
-        p.edit_timer = asyncio.create_task(self._edit_timeout(p, target))
-
-    async def _edit_timeout(self, p: Participant, target: str) -> None:
-        await asyncio.sleep(self.settings.edit_timeout_s)
-        if p.pending_edit == target:
-            p.pending_edit = None
-            p.edit_timer = None
-            await self.error(p, InvalidState(f"no UserMessage followed the edit of {target!r}"))
 
     def forget(self, identity: str) -> None:
         """``identity`` left: its running turns stop, its waiting ones are dropped."""
@@ -583,15 +539,6 @@ class ProtocolSession:
         for ex in reversed(self.history):
             if message_id in (ex.user_id, ex.answer_id):
                 return ex.requester
-        return None
-
-    def _user_text(self, user_id: str) -> str | None:
-        for turn in self.turns:
-            if turn.request.user_id == user_id:
-                return turn.request.text
-        for ex in reversed(self.history):
-            if ex.user_id == user_id:
-                return ex.user_text
         return None
 
 
