@@ -116,6 +116,10 @@ class Settings:
     its paragraph to end before it is cut and sent (at the last sentence/word boundary)."""
     tools_enabled: bool = True
     """``ALICIA_TOOLS`` (default true): offer the server-executed function tools to the LLM."""
+    lk_conventions: bool = True
+    """``ALICIA_LK_CONVENTIONS`` (default true): text rooms also speak LiveKit's agent
+    conventions (answers as ``lk.transcription`` streams, ``lk.chat`` input, the
+    ``lk.agent.state`` attribute; ``agent/rooms/conventions.py``)."""
     queue_size: int = 8
     """``ALICIA_QUEUE_SIZE`` (default 8): pending turns/variations per participant; more
     is answered with ErrorMessage 504."""
@@ -271,6 +275,7 @@ class Settings:
             show_reasoning_default=r.flag("ALICIA_SHOW_REASONING_DEFAULT", True),
             step_max_delay_s=r.number("ALICIA_STEP_MAX_DELAY", 1.0, low=0.01),
             tools_enabled=r.flag("ALICIA_TOOLS", True),
+            lk_conventions=r.flag("ALICIA_LK_CONVENTIONS", True),
             queue_size=r.integer("ALICIA_QUEUE_SIZE", 8, low=1),
             rate_per_s=r.number("ALICIA_RATE", 20.0, low=0.1),
             rate_burst=r.integer("ALICIA_RATE_BURST", 40, low=1),

@@ -18,6 +18,9 @@
   into the history, an ErrorMessage to the requester if the turn failed, and the
   Acknowledgements of the ControlStops that ended it.
 
+The session's :class:`~alicia.agent.engine.observer.AnswerObserver` s see the turn's
+opening, answer start, sentences and end, never its reasoning.
+
 Reasoning never reaches answer text: only ``SentenceReady`` text is ever an answer.
 """
 
@@ -114,6 +117,9 @@ class TurnProjection:
         if self.ended:
             raise RuntimeError("the turn has ended")
         if isinstance(event, SentenceReady):
+            if event.text:
+                for observer in s.observers:
+                    observer.answer_sentence(self.answer_id, event.text)
             if event.final:  # goes out with TurnEnded, right behind it
                 self._final_text = event.text
             else:
@@ -181,6 +187,8 @@ class TurnProjection:
         if request.continues is not None:  # one answer (both texts) for the model
             merge(s.history, request.continues, exchange)
         s.close_turn(self, None if request.continues is not None else exchange)
+        for observer in s.observers:
+            observer.turn_closed(self.answer_id, ended.status)
         if ended.error is not None:
             p = s.participants.get(request.requester)
             if p is not None:
@@ -287,6 +295,8 @@ class TurnProjection:
     async def _open_answer(self) -> None:
         s = self._session
         self._answer_started = True
+        for observer in s.observers:
+            observer.answer_opened(self.answer_id)
         active = [p for p in s.participants.values() if p.active]
         self._streaming_to = [p.identity for p in active if p.streaming]
         self._message_to = [p.identity for p in active if not p.streaming]

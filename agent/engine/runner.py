@@ -1,7 +1,7 @@
 """The engine's own turn source: a queue per participant, one :class:`Turn` at a time.
 
 :class:`TurnRunner` runs each participant's turns (UserMessages, variations, final
-transcripts) in that participant's own task, one after another, from a
+transcripts, typed input) in that participant's own task, one after another, from a
 bounded queue (full: ErrorMessage 504). A ``continue`` turn is sent the conversation up
 to the answer it continues (:func:`~alicia.agent.engine.variation.continuation`). Each
 turn is a :class:`~alicia.agent.engine.turn.Turn` whose events go through the session's

@@ -46,6 +46,7 @@ import openai
 from alicia.agent.settings import Settings
 from alicia.protocol import (
     MAX_PACKET_BYTES,
+    TEXT_BUDGET_BYTES,
     Acknowledgement,
     Commentary,
     Configuration,
@@ -69,6 +70,7 @@ from alicia.protocol import (
 from alicia.protocol import AudioChunk as _AudioChunk
 from alicia.protocol import ids as id_prefix
 
+from .observer import AnswerObserver
 from .outbox import Outbox, ReplayBudget, ReplayGap
 from .participants import (
     DuplicateId,
@@ -85,7 +87,7 @@ from .sealing import DataKeys, ReasoningSealer
 from .sink import META_FROM, ConversationStore, StepSink, lookup_message
 from .source import TurnSource
 from .takeover import replay_stored, restore, seal_for
-from .transport import Left, Packet, Peer, Transport
+from .transport import Left, Packet, Peer, Transport, Typed
 from .turn import Exchange
 from .variation import on_variation
 
@@ -155,6 +157,8 @@ class ProtocolSession:
         self.tasks: set[asyncio.Task[Any]] = set()
         """Background tasks of this session (summaries), cancelled by :meth:`aclose`."""
         self.closed = False
+        self.observers: list[AnswerObserver] = []
+        """Front ends' own views of each turn (answer text only, never reasoning)."""
         self._source: TurnSource | None = None
 
     @property
@@ -185,7 +189,10 @@ class ProtocolSession:
                     self.forget(item.identity)
                     continue
                 try:
-                    await self._on_packet(item)
+                    if isinstance(item, Typed):
+                        await self._on_typed(item)
+                    else:
+                        await self._on_packet(item)
                 except Exception:  # a bug must not end the room for everyone
                     logger.exception("packet handling failed", extra={"sender": item.sender})
         finally:
@@ -240,6 +247,8 @@ class ProtocolSession:
         turn = TurnProjection(self, request, answer_id, stop=stop)
         self.remember(answer_id)
         self.turns.append(turn)
+        for observer in self.observers:
+            observer.turn_opened(answer_id, request)
         return turn
 
     def close_turn(self, turn: TurnProjection, exchange: Exchange | None) -> None:
@@ -380,6 +389,38 @@ class ProtocolSession:
             await self._dispatch(p, env)
         except ProtocolError as exc:
             await self.error(p, exc, _body_id(body))
+
+    async def _on_typed(self, item: Typed) -> None:
+        """Typed input from outside the protocol: a user turn, as a UserMessage is (same
+        limits and rules), shown to protocol clients as a final Transcription."""
+        if item.peer.kind == "agent":
+            self.refuse("from_agent", item.sender)
+            return
+        p = self.participant(item.sender, item.peer)
+        size = len(item.text.encode())
+        if not p.packets.take():
+            await self.error(p, Overloaded("too many messages: slow down"))
+        elif size > TEXT_BUDGET_BYTES:
+            await self.error(p, PacketTooLarge(size, TEXT_BUDGET_BYTES))
+        elif item.text.strip() and not self.closed:
+            user_id = new_id(id_prefix.MESSAGE)
+            previous = self.history[-1].answer_id if self.history else None
+            try:
+                await self.source.submit(p, TurnRequest(user_id, item.text, p.identity))
+            except ProtocolError as exc:
+                await self.error(p, exc)
+                return
+            self.remember(user_id)
+            body = Transcription(
+                id=user_id,
+                conversation_id=self.id,
+                text=item.text,
+                final=True,
+                previous_id=previous,
+            )
+            await self.outbox.send(
+                body, self.clients(), everyone=True, store_meta={META_FROM: p.identity}
+            )
 
     def _ours(self, env: Envelope[Any]) -> bool:
         """The envelope (and its body) name this conversation, or none at all."""

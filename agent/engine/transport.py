@@ -20,7 +20,16 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["UNKNOWN_PEER", "Incoming", "Left", "Packet", "Peer", "Transport", "TransportError"]
+__all__ = [
+    "UNKNOWN_PEER",
+    "Incoming",
+    "Left",
+    "Packet",
+    "Peer",
+    "Transport",
+    "TransportError",
+    "Typed",
+]
 
 
 class TransportError(Exception):
@@ -68,7 +77,17 @@ class Left:
     identity: str
 
 
-Incoming = Packet | Left
+@dataclass(frozen=True, slots=True)
+class Typed:
+    """``sender`` typed ``text`` outside the protocol (the front end's own chat input, e.g.
+    LiveKit's ``lk.chat``): a user turn, under the same rules as a UserMessage."""
+
+    sender: str
+    text: str
+    peer: Peer = UNKNOWN_PEER
+
+
+Incoming = Packet | Left | Typed
 
 
 class Transport(Protocol):
@@ -82,7 +101,8 @@ class Transport(Protocol):
         ...
 
     def __aiter__(self) -> AsyncIterator[Incoming]:
-        """Incoming packets and departures, in arrival order; ends when the room closes."""
+        """Incoming packets, typed input and departures, in arrival order; ends when the
+        room closes."""
         ...
 
     async def aclose(self) -> None:

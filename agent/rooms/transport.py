@@ -1,7 +1,10 @@
 """The engine's :class:`~alicia.agent.engine.transport.Transport` on a LiveKit room.
 
 :class:`RoomTransport` sends and receives one envelope per reliable data packet on the
-protocol's topic of a connected ``livekit.rtc.Room``, and reports departures.
+protocol's topic of a connected ``livekit.rtc.Room``, and reports departures. With a
+``chat_topic`` (LiveKit's ``lk.chat`` in text rooms) it also reads the text streams
+participants send there and hands each whole message on as typed input
+(:class:`~alicia.agent.engine.transport.Typed`).
 
 Exception tree::
 
@@ -22,8 +25,8 @@ from typing import Any, Final
 
 from livekit import rtc
 
-from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
-from alicia.protocol import DATA_TOPIC
+from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError, Typed
+from alicia.protocol import DATA_TOPIC, TEXT_BUDGET_BYTES
 
 from .ffi_routing import publish, route_room
 
@@ -32,6 +35,9 @@ __all__ = ["RoomTransport"]
 logger = logging.getLogger("alicia.transport")
 
 DEFAULT_MAX_PENDING: Final = 4096
+_CHAT_READ_LIMIT: Final = TEXT_BUDGET_BYTES + 1
+"""Bytes of one chat message read at most: one more than a user turn may hold, so the
+session refuses what is longer (the rest of the stream is not read)."""
 
 
 _KINDS: Final = {
@@ -84,10 +90,14 @@ class RoomTransport:
         *,
         topic: str = DATA_TOPIC,
         max_pending: int = DEFAULT_MAX_PENDING,
+        chat_topic: str | None = None,
     ) -> None:
-        """Wrap ``room`` (already connected); nothing is registered until :meth:`start`."""
+        """Wrap ``room`` (already connected); nothing is registered until :meth:`start`.
+        ``chat_topic``: also take text streams on that topic as typed input."""
         self._room = room
         self._topic = topic
+        self._chat_topic = chat_topic
+        self._readers: set[asyncio.Task[None]] = set()
         self._max_pending = max_pending
         self._queue: asyncio.Queue[Incoming | object] = asyncio.Queue()
         self._state = _State.NEW
@@ -103,6 +113,8 @@ class RoomTransport:
         self._room.on("data_received", self._on_data)
         self._room.on("participant_disconnected", self._on_left)
         self._room.on("disconnected", self._on_disconnected)
+        if self._chat_topic is not None:
+            self._room.register_text_stream_handler(self._chat_topic, self._on_chat)
         self._state = _State.OPEN
         if not route_room(self._room):
             logger.info("room FFI events not routed (unexpected livekit SDK internals)")
@@ -114,8 +126,15 @@ class RoomTransport:
             self._room.off("data_received", self._on_data)
             self._room.off("participant_disconnected", self._on_left)
             self._room.off("disconnected", self._on_disconnected)
+            if self._chat_topic is not None:
+                self._room.unregister_text_stream_handler(self._chat_topic)
             self._queue.put_nowait(_END)
         self._state = _State.CLOSED
+        readers = list(self._readers)
+        for task in readers:
+            task.cancel()
+        if readers:
+            await asyncio.gather(*readers, return_exceptions=True)
 
     async def __aenter__(self) -> RoomTransport:
         return self.start()
@@ -149,7 +168,7 @@ class RoomTransport:
             if item is _END:
                 self._queue.put_nowait(_END)  # later iterators end too
                 return
-            assert isinstance(item, Packet | Left)
+            assert isinstance(item, Packet | Left | Typed)
             yield item
 
     # -- room callbacks (event loop thread) -----------------------------------------
@@ -171,6 +190,37 @@ class RoomTransport:
             return
         sender = packet.participant
         self._queue.put_nowait(Packet(sender.identity, packet.data, peer_of(sender)))
+
+    def _on_chat(self, reader: rtc.TextStreamReader, identity: str) -> None:
+        task = asyncio.create_task(self._read_chat(reader, identity), name="alicia-chat-read")
+        self._readers.add(task)
+        task.add_done_callback(self._readers.discard)
+
+    async def _read_chat(self, reader: rtc.TextStreamReader, identity: str) -> None:
+        """One chat message, whole (at most :data:`_CHAT_READ_LIMIT` bytes), as typed input
+        from the participant who sent it."""
+        parts: list[str] = []
+        size = 0
+        try:
+            async for chunk in reader:
+                parts.append(chunk)
+                size += len(chunk.encode())
+                if size >= _CHAT_READ_LIMIT:
+                    break
+        except Exception as exc:  # the sender left mid-stream, the stream failed
+            logger.info("chat message not read", extra={"error": repr(exc)})
+            return
+        finally:
+            reader.close()
+        sender = self._room.remote_participants.get(identity)
+        if sender is None or self._state is not _State.OPEN:
+            self.unattributed += 1
+            return
+        if self._queue.qsize() >= self._max_pending:
+            self.dropped += 1
+            logger.warning("incoming chat message dropped", extra={"dropped": self.dropped})
+            return
+        self._queue.put_nowait(Typed(identity, "".join(parts), peer_of(sender)))
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
         self._queue.put_nowait(Left(participant.identity))

@@ -3,7 +3,8 @@
 :func:`build_server` makes a ``livekit.agents.AgentServer`` from :class:`Settings`;
 automatic dispatch sends it to every new room (unless ``ALICIA_AGENT_NAME`` is set).
 For each room, :func:`entrypoint` connects, opens the storage sink, and serves the room's
-conversation (conversation id = room name) until the room closes. Run it with
+conversation (conversation id = room name) until the room closes; text rooms also speak
+LiveKit's agent conventions (:mod:`.conventions`, ``ALICIA_LK_CONVENTIONS``). Run it with
 ``python -m alicia.agent start`` (production) or ``python -m alicia.agent dev``.
 """
 
@@ -35,6 +36,7 @@ from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 
+from .conventions import CHAT_TOPIC, RoomConventions
 from .failover import (
     DrainingServer,
     Hold,
@@ -223,7 +225,8 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 "another live agent serves this room: leaving", extra={"room": room.name}
             )
             return
-    await _announce(room)
+    conventions = RoomConventions(room) if settings.lk_conventions else None
+    await _announce(room, conventions.announced() if conventions is not None else {})
     sink = await open_sink(
         settings.database_url,
         close_timeout_s=settings.storage_close_timeout_s,
@@ -232,8 +235,9 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
     )
     keys = open_keys(settings)
     llm = open_llm(settings)
+    chat = CHAT_TOPIC if conventions is not None else None
     try:
-        async with RoomTransport(room) as transport:
+        async with RoomTransport(room, chat_topic=chat) as transport:
             conversation = Conversation(
                 conversation_id=room.name,
                 settings=settings,
@@ -243,12 +247,17 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 tools=default_tools(),
                 keys=keys,
             )
+            if conventions is not None:
+                conversation.session.observers.append(conventions)
+                conventions.start()
             if hold is None:
                 await conversation.run()
             else:
                 conversation.session.outbox.tenure = hold
                 await _run_until_drained(conversation, transport, settings, hold.lost)
     finally:
+        if conventions is not None:
+            await conventions.aclose()
         if keys is not None:
             await keys.aclose()
         await llm.close()
@@ -285,14 +294,14 @@ PROTOCOL_ATTRIBUTE: Final = "alicia.protocol"
 """Attribute the agent sets on itself once it serves the room (value ``1``: Alicia v1)."""
 
 
-async def _announce(room: rtc.Room) -> None:
-    """Make the agent known to the room's clients now.
+async def _announce(room: rtc.Room, attributes: dict[str, str]) -> None:
+    """Make the agent known to the room's clients now (with ``attributes`` too).
 
     livekit-server batches the join of a participant that publishes no track and tells
     the others every 3 s; an attribute change is sent at once, with the join. So clients
     (and a client following a takeover) see the agent about 3 s sooner."""
     try:
-        await room.local_participant.set_attributes({PROTOCOL_ATTRIBUTE: "1"})
+        await room.local_participant.set_attributes({PROTOCOL_ATTRIBUTE: "1", **attributes})
     except Exception:  # clients then learn of the agent with the next batch
         logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
 
