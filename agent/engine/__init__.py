@@ -12,9 +12,12 @@
 * ``keeper.py``: reasoning kept for a provider's pass-back rule, sealed while it waits.
 * ``retention.py``: what a conversation keeps per turn (history, step chains, ids), capped.
 * ``sealing.py``: JWE sealing of reasoning (``encryptedValue``) and the data-key port.
+* ``variation.py``: ControlVariation (edit, regenerate, retry, continue).
 * Ports, owned here and implemented by the layers around it: ``transport.py``
-  (:class:`~alicia.agent.engine.transport.Transport`, implemented by front ends) and ``sink.py``
-  (:class:`~alicia.agent.engine.sink.StepSink`, implemented by ``agent/storage``).
+  (:class:`~alicia.agent.engine.transport.Transport`, implemented by front ends; typed input
+  comes in on it too), ``sink.py`` (:class:`~alicia.agent.engine.sink.StepSink`, implemented
+  by ``agent/storage``) and ``observer.py`` (:class:`~alicia.agent.engine.observer.AnswerObserver`:
+  each turn's answer without its reasoning, for a front end's own conventions).
 
 Imports nothing from ``livekit``, no front end and no storage implementation (pinned by
 ``tests/test_layers.py``).

@@ -28,7 +28,10 @@ PROTOCOL.md §4.9) gets an Acknowledgement of L, the Configuration, then every k
 envelope addressed to it after L, unchanged; a gap the outbox no longer covers is served
 from storage with failover on (:mod:`.takeover`, which also restores a conversation an
 agent takes over), else (or for an L never sent) answered with ErrorMessage 202. This
-module knows nothing of LiveKit; front ends hand it a Transport.
+module knows nothing of LiveKit; front ends hand it a Transport. Typed input a front end
+reads outside the protocol (``Typed``: LiveKit's ``lk.chat``) is a user turn under a
+UserMessage's rules; :attr:`ProtocolSession.observers` see each turn's answer, never its
+reasoning (:mod:`.observer`). Variations are served by :mod:`.variation`.
 """
 
 from __future__ import annotations
