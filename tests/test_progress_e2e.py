@@ -285,10 +285,10 @@ async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
         llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
         await listener.ask(spec.user)
         await listener.hear_answer()
+        assert listener.remarks() == []  # the fast answer had none
         llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
         pcm, rate = speak(spec.user)
         listener.ended = await listener.mic.say(pcm, rate) - PAD_S
-        assert listener.remarks() == []  # the fast answer had none
         remark = await remark_playing(listener)
         spoke_wall = time.time()
         await listener.mic.say(interruption, irate, trailing_silence_s=0.5)

@@ -65,9 +65,11 @@ logger = logging.getLogger("alicia.progress")
 
 _BIND_TIMEOUT_S: Final = 1.0
 """How long a progress speech waits for the answer it stands in front of."""
-_MIN_AFTER_TURN_S: Final = 0.5
-"""However late the turn ended, the model gets this long before the first remark: a
-model whose first sentence is ready by then is never preceded by one."""
+_REASONING_FOR_S: Final = 0.25
+"""The first remark comes only once the model has been reasoning this long without
+answering: a model that reasons briefly and answers is never preceded by one."""
+_SILENT_FOR_S: Final = 1.0
+"""A model that sends nothing this long after the turn is reasoning out of sight."""
 _LEAD_S: Final = 0.4
 """A remark is chosen and synthesized this long before it is due."""
 _STALE_END_S: Final = 10.0
@@ -100,6 +102,8 @@ class _Answer:
     remarks, and one that is playing ends."""
     answer_text: str = ""
     """The current round's answer text until its first sentence is complete."""
+    reasoning_since: float | None = None
+    """When the current round's first reasoning arrived (``time.monotonic()``)."""
     topics: TopicSentences = dataclasses.field(default_factory=TopicSentences)
     summary: str | None = None
     """The latest step summary (a paragraph's first sentence, or the provider's own)."""
@@ -191,7 +195,12 @@ class ProgressSpeaker:
     def reasoning(self, handle: SpeechHandle, text: str) -> None:
         """Reasoning text of ``handle``'s model: a paragraph's first sentence is the
         latest summary (the extractive one), unless the provider writes its own."""
-        if (a := self._answers.get(handle.id)) is not None and not a.provider_summaries:
+        a = self._answers.get(handle.id)
+        if a is None:
+            return
+        if a.reasoning_since is None:
+            a.reasoning_since = time.monotonic()
+        if not a.provider_summaries:
             topic = a.topics.feed(text)
             if topic is not None:
                 a.summary = topic
@@ -201,6 +210,8 @@ class ProgressSpeaker:
         if (a := self._answers.get(handle.id)) is not None:
             a.summary = summary
             a.provider_summaries = True
+            if a.reasoning_since is None:
+                a.reasoning_since = time.monotonic()
 
     def answer(self, handle: SpeechHandle, text: str) -> None:
         """Answer text of ``handle``'s round: once its first sentence is complete (the
@@ -286,6 +297,7 @@ class ProgressSpeaker:
         a.fronted = None
         a.ready = asyncio.Event()
         a.answer_text = ""
+        a.reasoning_since = None
         self.front()  # livekit reschedules the answer right after this event
 
     def _user_spoke_since(self, since: float) -> float | None:
@@ -340,7 +352,7 @@ class ProgressSpeaker:
             if ended is None or now - ended > _STALE_END_S:  # typed input, or long ago
                 ended = now
             due = (
-                max(ended + self._delay_s, box.at + min(self._delay_s, _MIN_AFTER_TURN_S), now)
+                max(ended + self._delay_s, now)
                 if a.quiet_since is None
                 else a.quiet_since + self._gap_s
             )
@@ -370,6 +382,8 @@ class ProgressSpeaker:
                     return
                 frames = await self._audio(text, a.ready)
                 if frames is None or not await _until(a.ready, due):
+                    return
+                if first and not await _still_reasoning(a, box.at):
                     return
                 started = time.monotonic()
                 texts.put_nowait(text)
@@ -425,6 +439,21 @@ async def _texts(queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:
     """The transcript of a progress speech: each remark as it starts."""
     while (text := await queue.get()) is not None:
         yield text + " "
+
+
+async def _still_reasoning(a: _Answer, turn_end: float) -> bool:
+    """Wait until ``a``'s model has reasoned for :data:`_REASONING_FOR_S` without
+    answering (or sent nothing for :data:`_SILENT_FOR_S` after ``turn_end``); False
+    once it answers instead."""
+    while not a.answer_text and not a.ready.is_set():
+        now = time.monotonic()
+        since = a.reasoning_since
+        if since is None and now >= turn_end + _SILENT_FOR_S:
+            return True
+        if since is not None and now >= since + _REASONING_FOR_S:
+            return True
+        await _until(a.ready, now + 0.02)
+    return False
 
 
 async def _until(ready: asyncio.Event, due: float) -> bool:
