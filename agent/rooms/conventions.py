@@ -41,6 +41,7 @@ from livekit.agents.types import (
 )
 
 from alicia.agent.engine.events import TurnStatus
+from alicia.agent.engine.outbox import Tenure
 from alicia.agent.engine.participants import TurnRequest
 
 __all__ = ["CHAT_TOPIC", "AgentState", "RoomConventions"]
@@ -69,6 +70,9 @@ class RoomConventions:
         """The state last set on the room."""
         self._ops: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self.tenure: Tenure | None = None
+        """Failover: the room's lease. Once it is not held, nothing more is sent (a fenced
+        agent that wakes sends no transcript piece and no state)."""
 
     def announced(self) -> dict[str, str]:
         """The attributes the agent sets on itself when it announces itself: ``listening``
@@ -130,6 +134,8 @@ class RoomConventions:
     async def _send_all(self) -> None:
         while True:
             op = await self._ops.get()
+            if self.tenure is not None and not await self.tenure.held():
+                continue  # fenced: what the turns produce stays here
             try:
                 await op()
             except Exception as exc:  # as livekit-agents: a lost transcript piece is logged

@@ -254,6 +254,8 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                 await conversation.run()
             else:
                 conversation.session.outbox.tenure = hold
+                if conventions is not None:
+                    conventions.tenure = hold
                 await _run_until_drained(conversation, transport, settings, hold.lost)
     finally:
         if conventions is not None:
