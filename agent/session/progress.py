@@ -65,6 +65,10 @@ logger = logging.getLogger("alicia.progress")
 
 _BIND_TIMEOUT_S: Final = 1.0
 """How long a progress speech waits for the answer it stands in front of."""
+_MIN_AFTER_TURN_S: Final = 0.7
+"""However late the turn ended, the model gets this long before the first remark: a model
+that answers by then is never preceded by one (a remark cut after a word or two, glued
+to the answer, is worse than none: the demo's listener misheard the answer after one)."""
 _REASONING_FOR_S: Final = 0.25
 """The first remark comes only once the model has been reasoning this long without
 answering: a model that reasons briefly and answers is never preceded by one."""
@@ -352,7 +356,7 @@ class ProgressSpeaker:
             if ended is None or now - ended > _STALE_END_S:  # typed input, or long ago
                 ended = now
             due = (
-                max(ended + self._delay_s, now)
+                max(ended + self._delay_s, box.at + min(self._delay_s, _MIN_AFTER_TURN_S), now)
                 if a.quiet_since is None
                 else a.quiet_since + self._gap_s
             )
