@@ -321,6 +321,9 @@ async def run(args: argparse.Namespace) -> int:
         }
         if args.voice:
             env["ALICIA_VOICE"] = "offline"
+            # The demo's model answers about 1 s after the turn: a progress cue would be cut
+            # after a word or two, glued to the answer the demo records and transcribes.
+            env["ALICIA_SPOKEN_PROGRESS"] = os.environ.get("ALICIA_SPOKEN_PROGRESS", "off")
         worker = _worker(console, env, data_dir / "worker.log")
         await stack.enter_async_context(worker)
         if args.voice:

@@ -17,7 +17,7 @@ from typing import Final
 import numpy as np
 from pocketsphinx import Decoder  # type: ignore[import-untyped]
 
-__all__ = ["RATE", "decode_16k", "live_decoder", "new_decoder", "recognize_16k", "serve"]
+__all__ = ["RATE", "decode_16k", "new_decoder", "recognize_16k", "serve"]
 
 RATE: Final = 16_000
 _PAD_S: Final = 0.3
@@ -83,14 +83,6 @@ def new_decoder() -> Decoder:
     return Decoder(samprate=RATE, loglevel="FATAL")
 
 
-def live_decoder() -> Decoder:
-    """:func:`new_decoder` without the second (flat lexicon) pass and with at most 3,000
-    active HMMs per frame: what a live turn's recognizer uses. On ten of the suite's
-    spoken questions it decodes in 0.6 of the time and hears the same words in nine (the
-    tenth was misheard either way); a turn ends about 0.4 s sooner after the speech."""
-    return Decoder(samprate=RATE, loglevel="FATAL", fwdflat=False, maxhmmpf=3000)
-
-
 class _Spares:
     """Fresh decoders loaded ahead of use, so an utterance does not wait for the model
     (about 0.35 s). Each is used once: a decoder adapts to what it heard (its noise and
@@ -107,7 +99,7 @@ class _Spares:
         try:
             decoder = self._ready.get_nowait()
         except queue.Empty:
-            decoder = live_decoder()
+            decoder = new_decoder()
         self.fill()
         return decoder
 
@@ -121,7 +113,7 @@ class _Spares:
 
     def _load(self) -> None:
         try:
-            self._ready.put(live_decoder())
+            self._ready.put(new_decoder())
         finally:
             with self._lock:
                 self._loading -= 1
