@@ -6,12 +6,21 @@ into pocketsphinx), so the tests fail when audio is mangled (wrong rate, no padd
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 import pytest
 from livekit import rtc
 from livekit.agents import stt
 
-from alicia.agent.speech import EspeakTTS, PocketSphinxSTT, load_vad, offline_speech
+from alicia.agent.speech import (
+    EspeakTTS,
+    OfflineSpeech,
+    PocketSphinxSTT,
+    load_vad,
+    offline_speech,
+)
+from alicia.agent.speech.sphinx import LiveUtterance
 from alicia.harness.speech import speak, spotted, transcribe
 
 SENTENCES = {
@@ -65,9 +74,30 @@ async def test_pocketsphinx_stt_recognizes_a_buffer() -> None:
 
 
 async def test_the_stream_adapter_with_silero_vad_finalizes_an_utterance() -> None:
-    speech = offline_speech(vad_=load_vad())
     pcm, rate = speak("The capital of Australia is Canberra, not Sydney.")
     audio = np.concatenate([pcm, np.zeros(int(1.5 * rate), dtype=np.int16)])
+    finals = await _finals(offline_speech(vad_=load_vad()), audio, rate)
+    assert len(finals) == 1, finals
+    assert recall(" ".join(finals), {"capital", "australia", "sydney"}) >= 0.6, finals
+
+
+@pytest.mark.parametrize("sentence", sorted(SENTENCES))
+async def test_a_live_utterance_is_heard_from_pieces_pushed_as_it_is_spoken(
+    sentence: str,
+) -> None:
+    pcm, rate = speak(sentence)
+    utterance = PocketSphinxSTT().utterance()
+    step = int(rate * 0.032)  # what Silero hands on per inference
+    for i in range(0, len(pcm), step):
+        chunk = pcm[i : i + step]
+        utterance.push(rtc.AudioFrame(chunk.tobytes(), rate, 1, len(chunk)))
+    heard = await utterance.end()
+    assert recall(heard, SENTENCES[sentence]) >= 0.6, heard
+    with pytest.raises(RuntimeError):
+        utterance.push(rtc.AudioFrame(pcm[:step].tobytes(), rate, 1, step))
+
+
+async def _finals(speech: OfflineSpeech, audio: np.ndarray, rate: int) -> list[str]:
     stream = speech.stt.stream()
     step = rate // 50
     for i in range(0, len(audio) - step, step):
@@ -79,6 +109,45 @@ async def test_the_stream_adapter_with_silero_vad_finalizes_an_utterance() -> No
         if e.type == stt.SpeechEventType.FINAL_TRANSCRIPT and e.alternatives
     ]
     await stream.aclose()
+    return finals
+
+
+async def test_an_utterance_resumed_after_a_short_pause_is_heard_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pause long enough to end the live decoding early (0.2 s) but shorter than the
+    VAD's end of speech: the early transcript is dropped, and the utterance is fed again
+    from its start to a second live decoding, which hears it whole."""
+    opened: list[LiveUtterance] = []
+    original = PocketSphinxSTT.utterance
+
+    def counted(self: PocketSphinxSTT) -> LiveUtterance:
+        opened.append(original(self))
+        return opened[-1]
+
+    monkeypatch.setattr(PocketSphinxSTT, "utterance", counted)
+    first, rate = speak("The capital of Australia")
+    second, _ = speak("is Canberra, not Sydney.")
+    pad = int(0.3 * rate)  # speak() pads both sides with 0.3 s
+    pause = np.zeros(int(0.3 * rate), dtype=np.int16)
+    tail = np.zeros(int(1.5 * rate), dtype=np.int16)
+    audio = np.concatenate([first[:-pad], pause, second[pad:], tail])
+    finals = await _finals(offline_speech(vad_=load_vad()), audio, rate)
+    assert len(finals) == 1, finals
+    assert recall(finals[0], {"capital", "australia", "sydney"}) >= 0.6, finals
+    assert len(opened) == 2
+
+
+async def test_an_utterance_is_still_heard_when_live_decoding_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(self: PocketSphinxSTT) -> NoReturn:
+        raise RuntimeError("no recognizer")
+
+    monkeypatch.setattr(PocketSphinxSTT, "utterance", broken)
+    pcm, rate = speak("The capital of Australia is Canberra, not Sydney.")
+    audio = np.concatenate([pcm, np.zeros(int(1.5 * rate), dtype=np.int16)])
+    finals = await _finals(offline_speech(vad_=load_vad()), audio, rate)
     assert recall(" ".join(finals), {"capital", "australia", "sydney"}) >= 0.6, finals
 
 

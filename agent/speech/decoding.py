@@ -1,9 +1,16 @@
 """pocketsphinx decoding, with nothing else imported (no livekit): it runs in the
 recognizer process of :class:`~alicia.agent.speech.sphinx.PocketSphinxSTT`.
 
-Audio at 16 kHz (pocketsphinx gives garbage at other rates) is split at pauses of 0.6 s
-or more, each part padded with a faint noise floor (exact-zero silence breaks its noise
-and level estimates) and decoded on its own.
+Audio at 16 kHz (pocketsphinx gives garbage at other rates) with a faint noise floor added
+(exact-zero silence breaks its noise and level estimates), decoded in one of two ways:
+
+* whole (:func:`decode_16k`): split at pauses of 0.6 s or more, each part padded and
+  decoded on its own, with the cepstral mean of the whole part (batch CMN);
+* live (:func:`stream_open`, :func:`stream_feed`, :func:`stream_close`): an utterance fed
+  while it is spoken, so that its transcript is ready about 0.2 s after its last audio, not
+  after a second's decoding. The cepstral mean is estimated as it goes, from
+  :data:`CMN_SEED`: with pocketsphinx's own starting point the live decoder heard 0.71 of
+  the suite's questions' content words; from the seed 0.84 (whole: 0.78).
 """
 
 from __future__ import annotations
@@ -17,7 +24,18 @@ from typing import Final
 import numpy as np
 from pocketsphinx import Decoder  # type: ignore[import-untyped]
 
-__all__ = ["RATE", "decode_16k", "new_decoder", "recognize_16k", "serve"]
+__all__ = [
+    "CMN_SEED",
+    "RATE",
+    "decode_16k",
+    "new_decoder",
+    "recognize_16k",
+    "serve",
+    "stream_close",
+    "stream_drop",
+    "stream_feed",
+    "stream_open",
+]
 
 RATE: Final = 16_000
 _PAD_S: Final = 0.3
@@ -26,6 +44,12 @@ _NOISE_RMS: Final = 20.0
 _PAUSE_S: Final = 0.6
 _FRAME_S: Final = 0.02
 _SILENCE_RMS: Final = 150.0
+CMN_SEED: Final = "57.72,1.05,-6.08,6.05,-12.46,-1.99,-1.83,-12.00,2.01,-4.37,2.18,0.10,-3.85"
+"""The cepstral mean pocketsphinx's batch CMN found in a spoken sentence (espeak-ng's
+``en-us+klatt``, "Most adults need about seven to nine hours of sleep."), where live
+decoding starts. Its default (``40,3,-1``) is far from speech at a microphone's level."""
+_MAX_STREAMS: Final = 8
+"""Utterances decoded live at once in one recognizer; the oldest is dropped past that."""
 
 
 def _parts(pcm: np.ndarray) -> list[np.ndarray]:
@@ -142,3 +166,46 @@ def _outlive_not(parent: int) -> None:
 def recognize_16k(pcm: bytes) -> str:
     """In the recognizer process: what pocketsphinx hears in 16 kHz 16-bit mono ``pcm``."""
     return decode_16k(np.frombuffer(pcm, dtype=np.int16), decoder=_SPARES.take())
+
+
+_STREAMS: Final[dict[str, tuple[Decoder, np.random.Generator]]] = {}
+
+
+def stream_open(key: str) -> None:
+    """In the recognizer process: start decoding utterance ``key`` live (a fresh decoder,
+    its cepstral mean from :data:`CMN_SEED`, a short noise floor before the speech)."""
+    while len(_STREAMS) >= _MAX_STREAMS:
+        stream_drop(next(iter(_STREAMS)))
+    decoder = _SPARES.take()
+    decoder.set_cmn(CMN_SEED)
+    decoder.start_utt()
+    rng = np.random.default_rng(0)
+    _STREAMS[key] = (decoder, rng)
+    _feed(decoder, rng, np.zeros(int(RATE * _PAD_S)))
+
+
+def stream_feed(key: str, pcm: bytes) -> None:
+    """In the recognizer process: more of utterance ``key`` (16 kHz 16-bit mono)."""
+    decoder, rng = _STREAMS[key]
+    _feed(decoder, rng, np.frombuffer(pcm, dtype=np.int16).astype(np.float64))
+
+
+def stream_close(key: str) -> str:
+    """In the recognizer process: what pocketsphinx heard in utterance ``key``, now ended."""
+    decoder, _ = _STREAMS.pop(key)
+    decoder.end_utt()
+    hyp = decoder.hyp()
+    return str(hyp.hypstr) if hyp is not None and hyp.hypstr else ""
+
+
+def stream_drop(key: str) -> None:
+    """In the recognizer process: forget utterance ``key`` (it is no longer needed)."""
+    entry = _STREAMS.pop(key, None)
+    if entry is not None:
+        entry[0].end_utt()
+
+
+def _feed(decoder: Decoder, rng: np.random.Generator, samples: np.ndarray) -> None:
+    noisy = samples + rng.normal(0.0, _NOISE_RMS, len(samples))
+    pcm = np.clip(noisy, -32768, 32767).astype(np.int16)
+    decoder.process_raw(pcm.tobytes(), full_utt=False)

@@ -1,15 +1,17 @@
 """``pocketsphinx`` (the PyPI wheel's en-us model) as a livekit-agents ``stt.STT``.
 
-Non-streaming: an AgentSession streams it through ``stt.StreamAdapter`` with a VAD
-(:func:`alicia.agent.speech.offline_speech`), which hands it each utterance. Audio is resampled
-to 16 kHz (pocketsphinx gives garbage at other rates), padded with a faint noise floor
-(exact-zero silence breaks its noise and level estimates) and split at pauses of 0.6 s
-or more, each part decoded on its own (:mod:`.decoding`), in a process of its own.
+Non-streaming for livekit-agents: an AgentSession streams it through a stream adapter with
+a VAD (:func:`alicia.agent.speech.offline_speech`), which cuts the utterances. The adapter
+feeds each one to pocketsphinx while it is spoken (:meth:`PocketSphinxSTT.utterance`), so its
+transcript is ready soon after it ends; ``recognize()`` decodes a whole buffer. Audio is
+resampled to 16 kHz (pocketsphinx gives garbage at other rates) and decoded
+(:mod:`.decoding`) in a process of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import multiprocessing
 import os
@@ -24,9 +26,18 @@ from livekit.agents import stt, utils
 from livekit.agents.language import LanguageCode
 from livekit.agents.types import NOT_GIVEN, APIConnectOptions, NotGivenOr
 
-from .decoding import RATE, decode_16k, recognize_16k, serve
+from .decoding import (
+    RATE,
+    decode_16k,
+    recognize_16k,
+    serve,
+    stream_close,
+    stream_drop,
+    stream_feed,
+    stream_open,
+)
 
-__all__ = ["RATE", "PocketSphinxSTT", "decode", "start_recognizer", "to_16k"]
+__all__ = ["RATE", "LiveUtterance", "PocketSphinxSTT", "decode", "start_recognizer", "to_16k"]
 
 
 def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
@@ -66,6 +77,10 @@ class PocketSphinxSTT(stt.STT[Never]):
         """CMU pocketsphinx."""
         return "pocketsphinx"
 
+    def utterance(self) -> LiveUtterance:
+        """An utterance to recognize as it is spoken: push its audio as it comes."""
+        return LiveUtterance(_recognizer())
+
     async def _recognize_impl(
         self,
         buffer: utils.AudioBuffer,
@@ -94,6 +109,93 @@ class PocketSphinxSTT(stt.STT[Never]):
 
 
 logger = logging.getLogger("alicia.speech")
+
+_FEED_S: Final = 0.1
+"""Audio gathered before it is sent to the recognizer process."""
+_KEYS: Final = itertools.count()
+
+
+class LiveUtterance:
+    """One utterance decoded in the recognizer process while it is spoken (pocketsphinx
+    keeps up with speech), so its transcript is ready about 0.2 s after the last audio."""
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        """Open the utterance in ``pool``'s recognizer (one worker: calls run in order)."""
+        self._pool = pool
+        self._key = f"{os.getpid()}-{next(_KEYS)}"
+        self._resampler: rtc.AudioResampler | None = None
+        self._rate = 0
+        self._pending: list[bytes] = []
+        self._pending_samples = 0
+        pool.submit(stream_open, self._key)
+        self._seconds = 0.0
+        self._ended = False
+
+    def push(self, frame: rtc.AudioFrame) -> None:
+        """More of the utterance (any rate; mono, or channels averaged)."""
+        if self._ended:
+            raise RuntimeError("the utterance has ended")
+        pcm = np.frombuffer(frame.data, dtype=np.int16)
+        if frame.num_channels > 1:
+            pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
+        self._seconds += len(pcm) / frame.sample_rate
+        if frame.sample_rate == RATE:
+            self._gather(pcm.tobytes())
+            return
+        if self._resampler is None or frame.sample_rate != self._rate:
+            self._flush_resampler()
+            self._rate = frame.sample_rate
+            self._resampler = rtc.AudioResampler(
+                self._rate, RATE, num_channels=1, quality=rtc.AudioResamplerQuality.HIGH
+            )
+        for out in self._resampler.push(bytearray(pcm.tobytes())):
+            self._gather(bytes(out.data))
+
+    def end(self) -> asyncio.Future[str]:
+        """End the utterance: what pocketsphinx heard in it (a future, already under way)."""
+        self._ended = True
+        self._flush_resampler()
+        self._send()
+        started = time.monotonic()
+        seconds = self._seconds
+        result = asyncio.wrap_future(self._pool.submit(stream_close, self._key))
+
+        def done(f: asyncio.Future[str]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                logger.debug(
+                    "recognized live",
+                    extra={
+                        "audio_s": round(seconds, 2),
+                        "after_end_s": round(time.monotonic() - started, 3),
+                    },
+                )
+
+        result.add_done_callback(done)
+        return result
+
+    def drop(self) -> None:
+        """The utterance is not needed (the user spoke on): its decoder is freed."""
+        if not self._ended:
+            self._ended = True
+            self._pool.submit(stream_drop, self._key)
+
+    def _flush_resampler(self) -> None:
+        if self._resampler is not None:
+            for out in self._resampler.flush():
+                self._gather(bytes(out.data))
+            self._resampler = None
+
+    def _gather(self, pcm: bytes) -> None:
+        self._pending.append(pcm)
+        self._pending_samples += len(pcm) // 2
+        if self._pending_samples >= RATE * _FEED_S:
+            self._send()
+
+    def _send(self) -> None:
+        if self._pending:
+            self._pool.submit(stream_feed, self._key, b"".join(self._pending))
+            self._pending, self._pending_samples = [], 0
+
 
 _POOL: ProcessPoolExecutor | None = None
 _POOL_LOCK: Final = threading.Lock()
