@@ -237,7 +237,7 @@ async def test_a_model_that_answers_within_the_delay_gets_no_remark(
 ) -> None:
     spec = llm.spec(SHAPE)
     # Reasoning for 0.08 s, then the answer: its first sentence is ready well within the
-    # 0.5 s the model gets after the turn before a first remark.
+    # 0.7 s the model gets after the turn (1.2 s after the question) before a first remark.
     llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
     room = f"progress-fast-{new_id('r')}"
     async with joined(livekit_server, room, "alice") as r:
