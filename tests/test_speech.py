@@ -6,8 +6,6 @@ into pocketsphinx), so the tests fail when audio is mangled (wrong rate, no padd
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 import numpy as np
 import pytest
 from livekit import rtc
@@ -138,17 +136,29 @@ async def test_an_utterance_resumed_after_a_short_pause_is_heard_whole(
     assert len(opened) == 2
 
 
+@pytest.mark.parametrize("fails_after", [0, 20])
 async def test_an_utterance_is_still_heard_when_live_decoding_fails(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fails_after: int
 ) -> None:
-    def broken(self: PocketSphinxSTT) -> NoReturn:
-        raise RuntimeError("no recognizer")
+    """Live decoding that cannot start (``fails_after`` 0), or fails halfway: the whole
+    utterance is decoded at its end instead."""
+    pushes = 0
+    original = LiveUtterance.push
 
-    monkeypatch.setattr(PocketSphinxSTT, "utterance", broken)
+    def failing(self: LiveUtterance, frame: rtc.AudioFrame) -> None:
+        nonlocal pushes
+        pushes += 1
+        if pushes > fails_after:
+            raise RuntimeError("recognizer gone")
+        original(self, frame)
+
+    monkeypatch.setattr(LiveUtterance, "push", failing)
     pcm, rate = speak("The capital of Australia is Canberra, not Sydney.")
     audio = np.concatenate([pcm, np.zeros(int(1.5 * rate), dtype=np.int16)])
     finals = await _finals(offline_speech(vad_=load_vad()), audio, rate)
-    assert recall(" ".join(finals), {"capital", "australia", "sydney"}) >= 0.6, finals
+    assert pushes > fails_after
+    assert len(finals) == 1, finals
+    assert recall(finals[0], {"capital", "australia", "sydney"}) >= 0.6, finals
 
 
 _HOLDS_A_RECOGNIZER = """

@@ -106,10 +106,10 @@ class _EarlyStream(stt.RecognizeStream):
                         # speaking again: what was heard so far is decoded again, live
                         _drop(early, None)
                         early, live = None, self._live(heard)
-                    elif live is not None:
-                        _push(live, ev.frames)
-                        if ev.raw_accumulated_silence >= EARLY_SILENCE_S:
-                            early, live = _end(live), None
+                    elif live is not None and not _push(live, ev.frames):
+                        live = None  # dropped: the whole utterance is decoded at its end
+                    elif live is not None and ev.raw_accumulated_silence >= EARLY_SILENCE_S:
+                        early, live = _end(live), None
                 elif ev.type == VADEventType.END_OF_SPEECH:
                     if early is None and live is not None:
                         early, live = _end(live), None
