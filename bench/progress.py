@@ -55,15 +55,16 @@ CANARIES = ("yellow submarine", "silver kettle")
 POLICIES = ("off", "cue", "summary")
 
 
-def pace(reasoning_s: float) -> float:
-    """Seconds per SSE event so that the reasoning of :data:`SHAPE` lasts ``reasoning_s``."""
-    events = read_events(STREAMS_DIR / f"{SHAPE}.sse")
+def pace(reasoning_s: float, stream: Path = STREAMS_DIR / f"{SHAPE}.sse") -> float:
+    """Seconds per SSE event so that the reasoning of ``stream`` (a chat-completions
+    recording; :data:`SHAPE`'s by default) lasts ``reasoning_s``."""
+    events = read_events(stream)
     for i, event in enumerate(events):
         with contextlib.suppress(ValueError, IndexError, KeyError, TypeError):
             data = json.loads(event.removeprefix("data: "))
             if data["choices"][0]["delta"].get("content"):
                 return reasoning_s / i
-    raise ValueError(f"{SHAPE} has no answer")
+    raise ValueError(f"{stream.name} has no answer")
 
 
 @dataclass(frozen=True, slots=True)
