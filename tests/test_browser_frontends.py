@@ -1,16 +1,18 @@
 """The frontends people build on LiveKit, in Debian's chromium, against the real worker and
 livekit-server with recorded LLM streams (issue 27).
 
-``tests/browser/frontends/`` holds two pages, bundled here with esbuild from node_modules
+``tests/browser/frontends/`` holds three pages, bundled here with esbuild from node_modules
 (nothing is fetched), served on loopback and driven by ``drive.mjs`` (playwright-core):
 
 * ``react.html``: ``<LiveKitRoom>`` of ``@livekit/components-react`` around the package's
   ``<ReasoningPanel/>``, asking through ``useReasoning()`` (``@alicia/reasoning/react``);
 * ``stock.html``: what agent-starter-react does, without the package: ``useVoiceAssistant()``
   (``lk.agent.state``), ``useTranscriptions()`` (``lk.transcription`` text streams) and
-  ``useChat()`` (typed input on ``lk.chat``).
+  ``useChat()`` (typed input on ``lk.chat``);
+* ``session.html``: the same with the hooks agent-starter-react moved to: ``useSession()``
+  and ``<SessionProvider>``, ``useAgent()`` and ``useSessionMessages()``.
 
-Both record everything they receive: their room's data packets (as text and MessagePack),
+Each records everything it receives: its room's data packets (as text and MessagePack),
 the text streams of LiveKit's agent topics, every DataPacket of the SDK's engine, and
 below the SDK every RTCDataChannel and WebSocket message (an init script of the driver).
 Join tokens come in the page's fragment, minted here with the reasoning grant
@@ -58,7 +60,7 @@ def _chromium_installed() -> None:
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The two pages, bundled by ``build.mjs`` (esbuild, from node_modules only)."""
+    """The three pages, bundled by ``build.mjs`` (esbuild, from node_modules only)."""
     out = tmp_path_factory.mktemp("frontends")
     done = subprocess.run(
         [node_binary(), str(FRONTENDS / "build.mjs"), str(out)],
@@ -266,22 +268,32 @@ async def test_a_react_page_with_livekit_components_shows_steps_answer_and_toggl
     assert [t["answer"] for t in final] == [followup.answer, hidden.answer, again.answer]
 
 
+@pytest.mark.parametrize("page", ["stock", "session"])
 async def test_a_stock_agent_starter_page_shows_the_answer_and_thinking_state(
-    livekit_server: LiveKitServer, llm: RecordedLLM, worker: WorkerProcess, site: str, pages: Path
+    livekit_server: LiveKitServer,
+    llm: RecordedLLM,
+    worker: WorkerProcess,
+    site: str,
+    pages: Path,
+    page: str,
 ) -> None:
     """A page without the Alicia protocol types a question on ``lk.chat``, reads the answer
     from the agent's ``lk.transcription`` stream and shows the agent thinking, speaking and
     listening again. It is granted full reasoning, yet no step reaches it by a LiveKit
-    convention (nor its DOM): only the protocol, which it does not speak, carries them."""
+    convention (nor its DOM): only the protocol, which it does not speak, carries them.
+    Both generations of agent-starter-react's hooks: ``stock`` (useVoiceAssistant,
+    useTranscriptions, useChat) and ``session`` (useSession, useAgent, useSessionMessages,
+    whose agent fails unless it reaches a listening state within 20 s)."""
     spec = llm.spec("deepseek_reasoning_content")
     assert CANARY in spec.steps[0]
     # Paced, so that thinking lasts seconds (a page renders it), as with a real model.
     llm.script(Play("deepseek_reasoning_content", chunk_delay=0.03))
     room = new_id("conv")
-    url = page_url(site, "stock.html", livekit_server, room, "starter", "full")
+    url = page_url(site, f"{page}.html", livekit_server, room, "starter", "full")
     plan = [{"ask": spec.user, "expect": spec.answer}]
-    report = await drive(url, "stock", plan, ARTIFACTS / "browser-stock-page.png", worker)
-    assert b"reasoning_step_display" not in (pages / "stock.js").read_bytes()  # no package
+    report = await drive(url, "stock", plan, ARTIFACTS / f"browser-{page}-page.png", worker)
+    assert b"reasoning_step_display" not in (pages / f"{page}.js").read_bytes()  # no package
+    assert report["failures"] in (None, []), report["failures"]  # useAgent(): never failed
 
     agent = report["agent"]
     lines = report["turns"][0]["lines"]

@@ -1,4 +1,4 @@
-// Bundle the test frontends (react.tsx, stock.tsx) with esbuild from node_modules into
+// Bundle the test frontends (react.tsx, stock.tsx, session.tsx) with esbuild from node_modules into
 // OUTDIR (argv[2]), with their HTML pages. Nothing is fetched: every import resolves in
 // this repository. @alicia/reasoning is bundled from its sources (clients/js/src, what its
 // dist/ is built from), so a stale or half-rebuilt dist/ never stands in for the package.
@@ -31,7 +31,11 @@ const packageSources = {
 mkdirSync(outdir, { recursive: true });
 await build({
   absWorkingDir: root,
-  entryPoints: { react: join(here, "react.tsx"), stock: join(here, "stock.tsx") },
+  entryPoints: {
+    react: join(here, "react.tsx"),
+    stock: join(here, "stock.tsx"),
+    session: join(here, "session.tsx"),
+  },
   outdir,
   bundle: true,
   format: "esm",
@@ -42,5 +46,5 @@ await build({
   sourcemap: true,
   logLevel: "warning",
 });
-for (const page of ["react.html", "stock.html"]) copyFileSync(join(here, page), join(outdir, page));
+for (const page of ["react.html", "stock.html", "session.html"]) copyFileSync(join(here, page), join(outdir, page));
 console.log(`built ${outdir}`);

@@ -1,9 +1,10 @@
-// Drive a test frontend (react.html or stock.html, bundled by build.mjs) in Debian's
+// Drive a test frontend (react.html, stock.html or session.html, bundled by build.mjs) in Debian's
 // chromium with playwright-core (never a downloaded browser). Run from pytest
 // (tests/test_browser_frontends.py):
 //
 //   PAGE_URL    the page, with #url=...&token=... (the LiveKit URL and a join token)
-//   MODE        "react" (the @alicia/reasoning/react page) or "stock" (agent-starter-react's way)
+//   MODE        "react" (the @alicia/reasoning/react page) or "stock" (agent-starter-react's way:
+//               stock.html and session.html)
 //   PLAN        JSON list of steps, in order:
 //                 {"ask": "text"}              react: ask; wait until that turn has ended
 //                 {"reasoning": true|false}    react: click "show reasoning"; wait for the server
@@ -213,6 +214,7 @@ try {
   result.received = await page.evaluate(() => window.__received ?? null).catch(() => null);
   result.wire = await page.evaluate(() => window.__wire ?? null).catch(() => null);
   result.shownStates = await page.evaluate(() => window.__shownStates ?? null).catch(() => null);
+  result.failures = await page.evaluate(() => window.__failures ?? null).catch(() => null);
   mkdirSync(dirname(screenshot), { recursive: true });
   await page.screenshot({ path: screenshot, fullPage: true }).catch(() => {});
   result.console = consoleLines.slice(-40);
