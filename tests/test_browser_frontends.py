@@ -4,7 +4,8 @@ livekit-server with recorded LLM streams (issue 27).
 ``tests/browser/frontends/`` holds three pages, bundled here with esbuild from node_modules
 (nothing is fetched), served on loopback and driven by ``drive.mjs`` (playwright-core):
 
-* ``react.html``: ``<LiveKitRoom>`` of ``@livekit/components-react`` around the package's
+* ``react.html``: ``<LiveKitRoom>`` of ``@livekit/components-react`` (or, with
+  ``wrap=session``, ``useSession()`` and ``<SessionProvider>``) around the package's
   ``<ReasoningPanel/>``, asking through ``useReasoning()`` (``@alicia/reasoning/react``);
 * ``stock.html``: what agent-starter-react does, without the package: ``useVoiceAssistant()``
   (``lk.agent.state``), ``useTranscriptions()`` (``lk.transcription`` text streams) and
@@ -206,13 +207,16 @@ def runs(states: list[str]) -> list[str]:
     return [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
 
 
+@pytest.mark.parametrize("wrap", ["LiveKitRoom", "session"])
 async def test_a_react_page_with_livekit_components_shows_steps_answer_and_toggle(
-    livekit_server: LiveKitServer, llm: RecordedLLM, worker: WorkerProcess, site: str
+    livekit_server: LiveKitServer, llm: RecordedLLM, worker: WorkerProcess, site: str, wrap: str
 ) -> None:
     """Asked with reasoning shown, the panel lists the steps in stepIndex order with the
     tool call between them, then the answer; with "show reasoning" off the package asks
     the agent for no steps (a Configuration update) and none arrive or appear for the next
-    question; back on, the steps of the third question appear again."""
+    question; back on, the steps of the third question appear again. The page wraps the
+    panel in ``<LiveKitRoom>``, or in today's agent-starter-react way (``useSession()`` and
+    ``<SessionProvider>``)."""
     call, followup = llm.spec("calculator_tool_call"), llm.spec("calculator_tool_followup")
     hidden, again = llm.spec("deepseek_reasoning_content"), llm.spec("vllm_reasoning")
     room = new_id("conv")
@@ -224,9 +228,11 @@ async def test_a_react_page_with_livekit_components_shows_steps_answer_and_toggl
         {"ask": again.user},
     ]
     url = page_url(site, "react.html", livekit_server, room, "reader", "full")
-    report = await drive(url, "react", plan, ARTIFACTS / "browser-react-page.png", worker)
+    url += "&wrap=session" if wrap == "session" else ""
+    report = await drive(url, "react", plan, ARTIFACTS / f"browser-react-{wrap}.png", worker)
     first, off, second, on, third = report["turns"]
     assert report["granted"] == "full"
+    assert f'data-wrap="{wrap}"' in report["html"]
 
     # 1: the steps of the tool call and of its follow-up, numbered 1..n, the tool between.
     expected = [*call.steps, *followup.steps]
