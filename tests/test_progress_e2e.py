@@ -357,11 +357,6 @@ async def test_the_llm_never_reads_a_remark(
         assert text not in request, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="livekit-agents 1.8.9 runs the tool reply inside the answer's speech, which keeps "
-    "the floor: the progress speech queued after the tool waits behind the whole answer",
-)
 async def test_after_a_tool_round_the_remark_names_the_tool(
     livekit_server: LiveKitServer, tmp_path: Path
 ) -> None:

@@ -64,6 +64,7 @@ from alicia.agent.engine.sink import StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
 from alicia.agent.rooms.transport import RoomTransport
 from alicia.agent.session.progress import ProgressSpeaker, Remark
+from alicia.agent.session.speeches import running_speech
 from alicia.agent.session.spoken import announce_remark, listening_level
 from alicia.agent.settings import Settings
 from alicia.protocol import ids as id_prefix
@@ -343,7 +344,7 @@ class ReasoningBridge:
 
     def _speech(self) -> SpeechHandle | None:
         """The speech whose LLM round is running in this task."""
-        return _speech_of_task() or self._agent_session.current_speech
+        return running_speech(self._agent_session)
 
     def _current_turn(self) -> _Turn | None:
         """The turn of the speech whose LLM round is running in this task."""
@@ -567,15 +568,6 @@ class ReasoningBridge:
 def _new_round(a: TurnAssembler) -> list[TurnEvent]:
     a.round_started()
     return []
-
-
-def _speech_of_task() -> SpeechHandle | None:
-    """The speech whose task runs now (livekit-agents keeps it in a context variable)."""
-    try:
-        from livekit.agents.voice.agent_activity import _SpeechHandleContextVar
-    except ImportError:  # pragma: no cover - a livekit-agents without it
-        return None
-    return _SpeechHandleContextVar.get(None)
 
 
 def _cancel(task: asyncio.Task[None]) -> None:

@@ -9,10 +9,9 @@ can never be heard while the model reasons. :class:`ProgressSpeaker` therefore p
   interrupts the current speech before that hook, and schedules the answer, preemptive or
   not, right after it);
 * typed input (a protocol UserMessage): right before ``generate_reply``;
-* a tool reply: in ``function_tools_executed``. livekit-agents 1.8.9 runs the tool reply
-  inside the answer's own speech, which keeps the floor, so this progress speech waits
-  behind the whole answer and is never heard (a known gap: a strict xfail in
-  ``tests/test_progress_e2e.py``).
+* a tool reply: in ``function_tools_executed``, which livekit-agents emits from the
+  answer's own task after the answer gave up the floor and before it schedules the tool
+  reply again (the answer is that task's speech: ``current_speech`` is empty then).
 
 The progress speech is an ordinary ``session.say(text, audio=..., add_to_chat_ctx=False)``:
 the session's TTS, its audio output, interruptions and transcription apply; the chat
@@ -61,6 +60,7 @@ from alicia.agent.engine.remarks import (
     TopicSentences,
 )
 from alicia.agent.llm.sentences import sentence_ends
+from alicia.agent.session.speeches import running_speech
 
 __all__ = ["ProgressSpeaker", "Remark"]
 
@@ -296,7 +296,7 @@ class ProgressSpeaker:
     def _on_tools_executed(self, ev: FunctionToolsExecutedEvent) -> None:
         if not ev.has_tool_reply:
             return
-        handle = _current_speech(self._session)
+        handle = running_speech(self._session)  # current_speech is empty while tools run
         a = self._answers.get(handle.id) if handle is not None else None
         if a is None or a.handle.interrupted:
             return
@@ -527,9 +527,3 @@ def _vad_silence(session: AgentSession[Any]) -> float:
     options = getattr(session.vad, "_opts", None)
     value = getattr(options, "min_silence_duration", 0.0)
     return float(value) if isinstance(value, int | float) and 0 <= value < 5 else 0.0
-
-
-def _current_speech(session: AgentSession[Any]) -> SpeechHandle | None:
-    with contextlib.suppress(Exception):
-        return session.current_speech
-    return None
