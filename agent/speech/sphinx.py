@@ -37,7 +37,23 @@ from .decoding import (
     stream_open,
 )
 
-__all__ = ["RATE", "LiveUtterance", "PocketSphinxSTT", "decode", "start_recognizer", "to_16k"]
+__all__ = [
+    "RATE",
+    "LiveUtterance",
+    "PocketSphinxSTT",
+    "decode",
+    "mono",
+    "start_recognizer",
+    "to_16k",
+]
+
+
+def mono(frame: rtc.AudioFrame) -> np.ndarray:
+    """``frame``'s int16 samples, its channels averaged."""
+    pcm = np.frombuffer(frame.data, dtype=np.int16)
+    if frame.num_channels > 1:
+        pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
+    return pcm
 
 
 def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
@@ -89,10 +105,7 @@ class PocketSphinxSTT(stt.STT[Never]):
         conn_options: APIConnectOptions,
     ) -> stt.SpeechEvent:
         frame = rtc.combine_audio_frames(buffer)
-        pcm = np.frombuffer(frame.data, dtype=np.int16)
-        if frame.num_channels > 1:
-            pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
-        audio = to_16k(pcm, frame.sample_rate).tobytes()
+        audio = to_16k(mono(frame), frame.sample_rate).tobytes()
         started = time.monotonic()
         text = await asyncio.get_running_loop().run_in_executor(_recognizer(), recognize_16k, audio)
         logger.debug(
@@ -135,9 +148,7 @@ class LiveUtterance:
         """More of the utterance (any rate; mono, or channels averaged)."""
         if self._ended:
             raise RuntimeError("the utterance has ended")
-        pcm = np.frombuffer(frame.data, dtype=np.int16)
-        if frame.num_channels > 1:
-            pcm = pcm.reshape(-1, frame.num_channels).mean(axis=1).astype(np.int16)
+        pcm = mono(frame)
         self._seconds += len(pcm) / frame.sample_rate
         if frame.sample_rate == RATE:
             self._gather(pcm.tobytes())
