@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import re
 import time
 import wave
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ __all__ = [
     "ROOM_RATE",
     "AudioRecorder",
     "Microphone",
+    "pairs_heard",
     "publish_speech",
     "read_wav",
     "resample",
@@ -96,6 +98,20 @@ def resample(pcm: np.ndarray, rate: int, to: int) -> np.ndarray:
 def transcribe(pcm: np.ndarray, rate: int) -> str:
     """What pocketsphinx hears (lower case, split at pauses)."""
     return decode(pcm, rate)
+
+
+def pairs_heard(heard: str, said: str) -> float:
+    """The share of ``said``'s word pairs (adjacent words, case and punctuation aside)
+    that come in a row in ``heard``. A recognizer that misses a word here and there keeps
+    most pairs, while other speech shares almost none: a steadier test that ``said`` was
+    heard than a few key words, each of which the recognizer misses now and then."""
+
+    def pairs(text: str) -> set[tuple[str, str]]:
+        words = re.findall(r"[a-z0-9']+", text.lower())
+        return set(itertools.pairwise(words))
+
+    expected = pairs(said)
+    return len(expected & pairs(heard)) / len(expected) if expected else 0.0
 
 
 def spotted(pcm: np.ndarray, rate: int, phrase: str, *, threshold: float = 1e-20) -> bool:

@@ -35,6 +35,7 @@ from alicia.harness.speech import (
     ROOM_RATE,
     AudioRecorder,
     Microphone,
+    pairs_heard,
     speak,
     spotted,
     transcribe,
@@ -61,7 +62,9 @@ PAD_S = 0.3
 FIRST_REMARK_BOUND_S = 2.0
 """Seconds from the end of the question to the first remark's sound, as the issue asks."""
 
-ANSWER_WORDS = {"soft", "yolk", "boil", "egg", "minutes", "hard", "cold", "water"}
+ANSWER_HEARD = 0.25
+"""The share of the answer's word pairs the test's recognizer must hear (0.44 in a run
+that missed four of eight key words; remarks alone share none)."""
 
 
 @pytest_asyncio.fixture
@@ -205,7 +208,7 @@ async def test_remarks_fill_the_silence_with_summaries_and_never_the_reasoning(
     remarks_heard = transcribe(listener.before_answer(), ROOM_RATE).split()
     assert SUMMARY_WORDS & set(remarks_heard), remarks_heard
     heard = transcribe(listener.recorder.pcm_between(listener.ended, answer_end), ROOM_RATE)
-    assert len(ANSWER_WORDS & set(heard.split())) >= 4, heard
+    assert pairs_heard(heard, spec.answer) >= ANSWER_HEARD, heard
     assert_no_canary(listener, texts)
     for canary in CANARIES:  # the check can fail: spoken, the canaries are heard
         sentence = next(x for x in spec.reasoning.replace("\n", " ").split(". ") if canary in x)
