@@ -8,42 +8,22 @@
 
 import { LiveKitRoom, useChat, useTranscriptions, useVoiceAssistant } from "@livekit/components-react";
 import { Room } from "livekit-client";
-import { type FormEvent, useEffect, useMemo, useState } from "react";
+import { useMemo } from "react";
 import { createRoot } from "react-dom/client";
 
 import { record } from "./recorder";
-
-declare global {
-  interface Window {
-    /** Every agent state this page rendered, in order. */
-    __shownStates?: string[];
-  }
-}
+import { type Line, SessionView } from "./transcript";
 
 const params = new URLSearchParams(location.hash.slice(1));
 const room = new Room();
 record(room, { streams: false });
-const shown: string[] = (window.__shownStates = []);
-
-interface Line {
-  id: string;
-  kind: "transcription" | "chat";
-  from: string;
-  timestamp: number;
-  text: string;
-  segmentId: string;
-}
 
 function Session() {
   const { state, agent } = useVoiceAssistant();
   const transcriptions = useTranscriptions();
   const chat = useChat();
-  const [text, setText] = useState("");
-  useEffect(() => {
-    if (shown[shown.length - 1] !== state) shown.push(state);
-  }, [state]);
   const lines = useMemo(() => {
-    const all: Line[] = [
+    const all: (Line & { timestamp: number })[] = [
       ...transcriptions.map((t) => ({
         id: t.streamInfo.id,
         kind: "transcription" as const,
@@ -63,36 +43,14 @@ function Session() {
     ];
     return all.sort((a, b) => a.timestamp - b.timestamp);
   }, [transcriptions, chat.chatMessages]);
-  const submit = (e: FormEvent) => {
-    e.preventDefault();
-    if (!text.trim()) return;
-    void chat.send(text.trim());
-    setText("");
-  };
   return (
-    <main id="session" data-agent-state={state} data-agent={agent?.identity ?? ""}>
-      <p id="agent-state">{state}</p>
-      <ul id="transcript">
-        {lines.map((l) => (
-          <li
-            key={l.id}
-            className="line"
-            data-kind={l.kind}
-            data-from={l.from}
-            data-agent={agent && l.from === agent.identity ? "yes" : "no"}
-            data-segment-id={l.segmentId}
-          >
-            {l.text}
-          </li>
-        ))}
-      </ul>
-      <form id="chat" onSubmit={submit}>
-        <input id="message" value={text} onChange={(e) => setText(e.target.value)} />
-        <button type="submit" disabled={chat.isSending}>
-          Send
-        </button>
-      </form>
-    </main>
+    <SessionView
+      state={state}
+      agent={agent?.identity ?? ""}
+      lines={lines}
+      send={chat.send}
+      sending={chat.isSending}
+    />
   );
 }
 
