@@ -2,8 +2,9 @@
 
 :func:`running_watcher` starts ``python -m alicia.agent.watch`` (its webhook port is
 the one the test's livekit-server posts to). :class:`FollowingClient` is a protocol
-client in a real room that trusts only participants of kind AGENT, keeps every envelope
-they send with its ``stanzaId``, and when a new agent appears resumes with it
+client in a real room that trusts only participants of kind AGENT, one at a time while
+it stays (the clients' ``AgentTrust``), keeps every envelope they send with its
+``stanzaId``, and when another agent takes over resumes with it
 (Configuration with ``lastSequenceSeen`` = the highest server stanza received), as the
 project's clients do.
 """
@@ -25,6 +26,7 @@ from typing import Any
 from livekit import rtc
 
 from alicia.agent.rooms.ffi_routing import route_room
+from alicia.client.trust import AgentTrust
 from alicia.harness import LiveKitServer
 from alicia.harness.ports import port_open
 from alicia.harness.recorded_llm import Play, RecordedLLM
@@ -144,10 +146,12 @@ class FollowingClient:
         """time.monotonic() when each resume was answered."""
         self.heard: list[tuple[str, float, bytes]] = []
         """(sender, time.monotonic(), bytes) of every packet any agent sent it."""
+        self._trust = AgentTrust(agent_name=None, expected_identity=None)
         self._event = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
         room.on("participant_connected", self._on_participant)
+        room.on("participant_disconnected", self._on_left)
         for p in room.remote_participants.values():
             self._on_participant(p)
 
@@ -157,7 +161,20 @@ class FollowingClient:
         return max((-e.stanza_id for e in self.box), default=0)
 
     def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
-        if participant.kind != AGENT or participant.identity == self.agent:
+        # The clients' rule (alicia.client.trust): trust stays with the agent while it is in
+        # the room, so an old agent that rejoins for a moment (woken after a stall, before
+        # it finds itself fenced) is not followed.
+        if self._trust.offer(participant, self.room.remote_participants):
+            self._follow(participant)
+
+    def _on_left(self, participant: rtc.RemoteParticipant) -> None:
+        present = self.room.remote_participants
+        if self._trust.leave(present) and (found := self._trust.successor(present)) is not None:
+            self._follow(found)
+
+    def _follow(self, participant: rtc.RemoteParticipant) -> None:
+        """Trust moved to ``participant``: resume with it unless it is the first agent."""
+        if participant.identity == self.agent:
             return
         first = not self.agent
         self.agent = participant.identity
@@ -174,7 +191,7 @@ class FollowingClient:
             return
         self.heard.append((sender.identity, time.monotonic(), bytes(packet.data)))
         if sender.identity != self.agent:
-            self._on_participant(sender)
+            self._on_participant(sender)  # followed only if ours is no longer here
         env = decode(packet.data)
         if env.stanza_id < 0:
             self.box.append(env)
