@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from alicia.agent.llm.providers import PROFILES
+from alicia.agent.engine.options import EngineOptions, ParticipantLimits, TurnOptions
+from alicia.agent.llm.providers import PROFILES, resolve
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "WatchSettings", "load"]
 
@@ -236,6 +237,49 @@ class Settings:
     def voice(self) -> bool:
         """True if rooms are served with speech (``ALICIA_VOICE``, an STT or TTS plugin)."""
         return self.voice_mode is not None or self.stt is not None or self.tts is not None
+
+    def turn_options(self) -> TurnOptions:
+        """How this worker's turns talk to the model."""
+        profile, _ = resolve(self.llm_provider, self.llm_base_url, self.llm_model)
+        return TurnOptions(
+            model=self.llm_model,
+            system_prompt=self.system_prompt,
+            history_turns=self.history_turns,
+            max_tool_rounds=self.max_tool_rounds,
+            thinking_open=self.llm_thinking_open,
+            step_max_delay_s=self.step_max_delay_s,
+            provider=profile,
+            api=self.llm_api,
+            effort=self.reasoning_effort,
+        )
+
+    def engine_options(self) -> EngineOptions:
+        """What the engine is told of this deployment (it never reads the settings)."""
+        return EngineOptions(
+            turn=self.turn_options(),
+            participants=ParticipantLimits(
+                show_reasoning_default=self.show_reasoning_default,
+                reasoning_visibility=self.reasoning_visibility,
+                queue_size=self.queue_size,
+                rate_per_s=self.rate_per_s,
+                rate_burst=self.rate_burst,
+                error_rate_per_s=self.error_rate_per_s,
+                error_burst=self.error_burst,
+                resume_rate_per_s=self.resume_rate_per_s,
+                resume_burst=self.resume_burst,
+            ),
+            replay_keep=self.replay_keep,
+            replay_max_bytes=self.replay_max_bytes,
+            failover=self.failover,
+            zdr=self.zdr,
+            reasoning_keys=self.reasoning_keys,
+            summary_model=self.summary_model,
+            summary_timeout_s=self.summary_timeout_s,
+            summary_concurrency=self.summary_concurrency,
+            timing_meta=self.timing_meta,
+            tools_enabled=self.tools_enabled,
+            edit_timeout_s=self.edit_timeout_s,
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

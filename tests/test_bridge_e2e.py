@@ -122,7 +122,7 @@ async def runner_agent(server: LiveKitServer, llm: RecordedLLM, room: str) -> As
     ):
         conversation = Conversation(
             conversation_id=room,
-            settings=settings_for(llm),
+            options=settings_for(llm).engine_options(),
             transport=transport,
             sink=NullSink(),
             llm=client,

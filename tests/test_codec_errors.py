@@ -41,6 +41,7 @@ from alicia.protocol import (
     split_text,
 )
 from alicia.protocol import codec as codec_module
+from alicia.protocol import encoding as encoding_module
 from tests.samples import every_type
 from tests.strategies import envelopes
 
@@ -491,7 +492,7 @@ def _tolerated_float(env: Envelope[Any]) -> bool:
     sid = env.stanza_id
     if type(sid) is float and type(codec_module._integral(sid, -(2**31), 2**31 - 1)) is int:
         return True
-    for rule in codec_module._RULES.get(type(env.body), ()):
+    for rule in encoding_module.RULES.get(type(env.body), ()):
         value, ints = getattr(env.body, rule[0]), codec_module._int_range(rule)
         if ints and type(value) is float and type(codec_module._integral(value, *ints)) is int:
             return True
@@ -502,7 +503,7 @@ def _assert_encode_agrees_with_decode(env: Envelope[Any]) -> None:
     """encode(env) succeeds iff the receiver accepts what a check-free encoder sends,
     except that the receiver also tolerates an integral float in an int field."""
     try:
-        unchecked = codec_module._encoder.encode(env)  # what a check-free encoder would send
+        unchecked = encoding_module._encoder.encode(env)  # what a check-free encoder would send
     except (TypeError, ValueError, OverflowError):
         with pytest.raises(EncodeError):
             encode(env)
@@ -518,7 +519,7 @@ def _assert_encode_agrees_with_decode(env: Envelope[Any]) -> None:
             with pytest.raises(ValidationError):
                 decode(unchecked)
         return
-    float32 = codec_module._FLOAT32_FIELDS.get(type(env.body), ())
+    float32 = encoding_module._FLOAT32_FIELDS.get(type(env.body), ())
     if any(getattr(env.body, attr) is not None for attr in float32):
         assert decode(wire) == decode(unchecked)  # confidence goes as float32 (row 26)
     else:
@@ -531,7 +532,7 @@ class TestEncodeAgreesWithDecode:
 
     @pytest.mark.parametrize("body", every_type(), ids=lambda b: type(b).__name__)
     def test_every_constrained_field_with_every_weird_value(self, body: Any) -> None:
-        rules = codec_module._RULES[type(body)]
+        rules = encoding_module.RULES[type(body)]
         env = envelope(body, stanza_id=-1, conversation_id=C)
         for attr, *_ in rules:
             for value in WEIRD_VALUES:
@@ -542,7 +543,9 @@ class TestEncodeAgreesWithDecode:
 
     def test_the_rules_cover_every_constrained_field(self) -> None:
         covered = {
-            (cls.__name__, rule[0]) for cls, rules in codec_module._RULES.items() for rule in rules
+            (cls.__name__, rule[0])
+            for cls, rules in encoding_module.RULES.items()
+            for rule in rules
         }
         assert ("ReasoningStep", "step_index") in covered
         assert ("ErrorMessage", "severity") in covered
@@ -553,7 +556,7 @@ class TestEncodeAgreesWithDecode:
     @given(envelopes(), st.data())
     @settings(max_examples=300, deadline=None)
     def test_random_bodies_with_weird_values(self, env: Envelope[Any], data: st.DataObject) -> None:
-        rules = codec_module._RULES[type(env.body)]
+        rules = encoding_module.RULES[type(env.body)]
         if rules:
             attr = data.draw(st.sampled_from([r[0] for r in rules]))
             value = data.draw(st.sampled_from(WEIRD_VALUES))

@@ -38,10 +38,10 @@ from alicia.protocol import (
     ValidationError,
     decode,
     encode,
+    encoding,
     envelope,
     error_body,
 )
-from alicia.protocol import codec as codec_module
 from alicia.protocol.messages import float32_value
 from tests.samples import every_type
 from tests.strategies import envelopes
@@ -443,7 +443,7 @@ def _as_msgpackr_packs(env: Envelope[Any]) -> bytes:
     body = wire["body"]
     if isinstance(env.body, UnknownBody):
         return msgpack.packb(wire, use_bin_type=True)
-    ints = {rule[1] for rule in codec_module._RULES[type(env.body)] if rule[3] is int}
+    ints = {rule[1] for rule in encoding.RULES[type(env.body)] if rule[3] is int}
     for field in _fields(MessageType(env.type)):
         key = field.encode_name
         if key not in body:

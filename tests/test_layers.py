@@ -18,6 +18,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+FRONT_ENDS: tuple[str, ...] = (
+    "alicia.agent.rooms",
+    "alicia.agent.session",
+    "alicia.agent.agui",
+    "alicia.agent.watch",
+    "alicia.agent.wiring",
+    "alicia.agent.export",
+)
+"""What sits on top of the engine: the LiveKit rooms, the AgentSession adapter, AG-UI, the
+watcher, the exports and the worker's wiring."""
+
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "alicia/protocol": ("livekit", "alicia.agent", "sqlalchemy", "openai"),
     "alicia/agent/llm": (
@@ -27,7 +38,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "alicia.agent.storage",
         "alicia.protocol.codec",
     ),
-    "alicia/agent/engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
+    "alicia/agent/engine": (
+        "livekit",
+        "sqlalchemy",
+        "alicia.agent.settings",  # options come as values (engine/options.py)
+        *FRONT_ENDS,
+        "alicia.agent.storage",
+    ),
     "alicia/agent/storage": ("livekit", "alicia.agent.rooms", "alicia.agent.llm"),
     "alicia/agent/agui": ("alicia.agent.rooms", "alicia.agent.session"),
     "alicia/agent/export": (
@@ -150,7 +167,13 @@ LOAD_WITHOUT: dict[str, tuple[str, ...]] = {
         "alicia.agent.rooms",
         "alicia.agent.storage",
     ),
-    "alicia.agent.engine": ("livekit", "alicia.agent.rooms", "alicia.agent.storage", "sqlalchemy"),
+    "alicia.agent.engine": (
+        "livekit",
+        "sqlalchemy",
+        "alicia.agent.settings",
+        *FRONT_ENDS,
+        "alicia.agent.storage",
+    ),
     "alicia.agent.storage": ("livekit", "alicia.agent.rooms"),
     "alicia.agent.export": ("livekit", "alicia.agent.rooms", "alicia.agent.session"),
 }
@@ -206,3 +229,94 @@ def _absolute_imports(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
     return names
+
+
+PACKAGES = ("agent", "client", "demo", "harness", "protocol", "web")
+"""The folders the ``alicia`` package links to (its modules)."""
+
+
+def _package_modules() -> dict[str, Path]:
+    return {
+        _dotted(p): p
+        for folder in PACKAGES
+        for p in sorted((ROOT / "alicia" / folder).rglob("*.py"))
+    }
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (also under ``TYPE_CHECKING`` and inside
+    functions), each import resolved to the longest module name it names."""
+    modules = _package_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        for imported in _imports(path):
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            if parts and ".".join(parts) != name:
+                deps.add(".".join(parts))
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_modules_import_each_other() -> None:
+    """One direction: where a lower module must call back up, it owns a port (a Protocol)."""
+    graph = _import_graph()
+    assert len(graph) > 100
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_check_sees_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    """Small modules named for what they do (the package, the tests and the benchmarks)."""
+    sources = [
+        *_package_modules().values(),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "bench").rglob("*.py"),
+    ]
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sources
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

@@ -57,7 +57,7 @@ async def test_a_long_conversation_keeps_bounded_state() -> None:
         client = openai.AsyncOpenAI(base_url=llm.base_url, api_key="test", max_retries=0)
         conversation = Conversation(
             conversation_id=CONV,
-            settings=settings,
+            options=settings.engine_options(),
             transport=transport,
             sink=RecordingSink(),
             llm=client,

@@ -175,7 +175,7 @@ async def test_a_value_sealed_during_a_key_store_hiccup_opens_in_the_next_run() 
     for _ in range(2):
         session = ProtocolSession(
             conversation_id="conv_x",
-            settings=Settings.from_env(env),
+            options=Settings.from_env(env).engine_options(),
             transport=MemoryTransport(),
             sink=NullSink(),
             keys=keys,

@@ -101,7 +101,7 @@ async def room(
     client = openai.AsyncOpenAI(base_url=settings.llm_base_url, api_key="test", max_retries=0)
     conversation = Conversation(
         conversation_id=CONV,
-        settings=settings,
+        options=settings.engine_options(),
         transport=transport,
         sink=sink,
         llm=client,

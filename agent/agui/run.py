@@ -37,7 +37,7 @@ from alicia.agent.engine.session import ProtocolSession
 from alicia.agent.engine.sink import META_FROM, StepSink, lookup_message
 from alicia.agent.engine.tools import ToolBox
 from alicia.agent.engine.transport import Incoming
-from alicia.agent.engine.turn import Turn, TurnOptions
+from alicia.agent.engine.turn import Turn
 from alicia.agent.settings import Settings
 from alicia.protocol import UserMessage, envelope, new_id
 from alicia.protocol import ids as id_prefix
@@ -177,7 +177,7 @@ class Runs:
         self.llm = llm
         self.keys = keys
         self.tools = tools
-        self.options = TurnOptions.from_settings(settings)
+        self.options = settings.turn_options()
         self.tasks: set[asyncio.Task[None]] = set()
         self._marks: OrderedDict[str, tuple[int, int]] = OrderedDict()
         """thread -> (last client stanza, last server stanza) this process numbered."""
@@ -252,7 +252,7 @@ class Runs:
         cid = run.thread_id
         session = ProtocolSession(
             conversation_id=cid,
-            settings=self.settings,
+            options=self.settings.engine_options(),
             transport=_Nowhere(),
             sink=self.sink,
             keys=self.keys,

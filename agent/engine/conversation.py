@@ -19,8 +19,7 @@ from collections.abc import Callable
 
 import openai
 
-from alicia.agent.settings import Settings
-
+from .options import EngineOptions
 from .projection import META_CLOSED_AT, META_MODEL
 from .runner import TurnRunner
 from .sealing import DataKeys
@@ -39,7 +38,7 @@ class Conversation:
         self,
         *,
         conversation_id: str,
-        settings: Settings,
+        options: EngineOptions,
         transport: Transport,
         sink: StepSink,
         llm: openai.AsyncOpenAI,
@@ -51,7 +50,7 @@ class Conversation:
         self.id = conversation_id
         self.session = ProtocolSession(
             conversation_id=conversation_id,
-            settings=settings,
+            options=options,
             transport=transport,
             sink=sink,
             keys=keys,

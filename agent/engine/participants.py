@@ -26,7 +26,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 from alicia.protocol import (
     DecodeError,
@@ -38,9 +38,6 @@ from alicia.protocol import (
 )
 
 from .transport import UNKNOWN_PEER, Peer
-
-if TYPE_CHECKING:
-    from alicia.agent.settings import Settings
 
 __all__ = [
     "OPERATOR_GRANT",
@@ -56,6 +53,7 @@ __all__ = [
     "Overloaded",
     "PacketTooLarge",
     "Participant",
+    "ParticipantLimits",
     "TokenBucket",
     "TurnCut",
     "TurnRequest",
@@ -198,6 +196,30 @@ class TurnRequest:
     continues: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParticipantLimits:
+    """Each participant's limits and defaults (the worker's documented defaults)."""
+
+    show_reasoning_default: bool = True
+    """A client whose Configuration lists no ``features`` receives ReasoningSteps."""
+    reasoning_visibility: Visibility = "none"
+    """The reasoning a participant may see when its token grants none."""
+    queue_size: int = 8
+    """Pending turns/variations per participant."""
+    rate_per_s: float = 20.0
+    """Sustained packets per second accepted."""
+    rate_burst: int = 40
+    """Packets accepted in one burst."""
+    error_rate_per_s: float = 2.0
+    """ErrorMessages per second sent back."""
+    error_burst: int = 5
+    """ErrorMessages sent back in one burst."""
+    resume_rate_per_s: float = 0.1
+    """Resume Configurations per second once the burst is spent."""
+    resume_burst: int = 3
+    """Resume Configurations in one burst."""
+
+
 @dataclass(slots=True, eq=False)
 class Participant:
     """What the worker knows about one client in the room."""
@@ -234,10 +256,14 @@ class Participant:
 
     @classmethod
     def new(
-        cls, identity: str, settings: Settings, *, clock: Callable[[], float] = time.monotonic
+        cls,
+        identity: str,
+        limits: ParticipantLimits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> Participant:
-        """A participant just seen, with the limits and defaults of ``settings``."""
-        s = settings
+        """A participant just seen, with ``limits``."""
+        s = limits
         return cls(
             identity=identity,
             show_reasoning=s.show_reasoning_default,

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 import msgspec
+import openai
 
 from alicia.agent.llm.summary import extractive_summary, model_summary
 from alicia.protocol import (
     Acknowledgement,
     AssistantMessage,
     AssistantSentence,
+    ProtocolError,
     ReasoningStep,
     StartAnswer,
     ToolUseRequest,
@@ -55,23 +57,91 @@ from .events import (
     TurnEnded,
     TurnEvent,
 )
-from .participants import TurnRequest, Visibility
+from .observer import AnswerObserver
+from .options import EngineOptions
+from .outbox import Outbox
+from .participants import Participant, TurnRequest, Visibility
+from .sealing import ReasoningSealer
 from .sink import META_FIRST_REASONING_MS, META_USAGE
+from .source import TurnSource
 from .turn import Exchange
-from .variation import merge
 
-if TYPE_CHECKING:
-    from .session import ProtocolSession
-
-__all__ = ["META_CLOSED_AT", "META_MODEL", "TurnProjection"]
+__all__ = ["META_CLOSED_AT", "META_MODEL", "TurnHost", "TurnProjection", "merge"]
 
 logger = logging.getLogger("alicia.conversation")
 
 META_MODEL: Final = "model"
 """Meta key on StartAnswer/AssistantMessage: the LLM model name."""
 META_CLOSED_AT: Final = "alicia.closedMonoNs"
-"""Meta key on ReasoningStep (``Settings.timing_meta``): ``time.monotonic_ns()`` when the
+"""Meta key on ReasoningStep (``EngineOptions.timing_meta``): ``time.monotonic_ns()`` when the
 segmenter closed the step (CLOCK_MONOTONIC: comparable between processes on one host)."""
+
+
+class TurnHost(Protocol):
+    """What a turn's projection needs of its conversation (the port
+    :class:`~alicia.agent.engine.session.ProtocolSession` implements)."""
+
+    late_summaries: int
+    """Model summaries dropped because the answer had started."""
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+
+    @property
+    def options(self) -> EngineOptions:
+        """The conversation's options."""
+
+    @property
+    def llm(self) -> openai.AsyncOpenAI | None:
+        """The summarizer model's client, if any."""
+
+    @property
+    def outbox(self) -> Outbox:
+        """Where envelopes leave."""
+
+    @property
+    def participants(self) -> dict[str, Participant]:
+        """Participants by identity."""
+
+    @property
+    def history(self) -> list[Exchange]:
+        """Finished exchanges, oldest first."""
+
+    @property
+    def observers(self) -> Sequence[AnswerObserver]:
+        """Front ends' views of each turn's answer."""
+
+    @property
+    def source(self) -> TurnSource:
+        """Who runs the turns."""
+
+    @property
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        """Background tasks the conversation owns."""
+
+    @property
+    def sealer(self) -> ReasoningSealer | None:
+        """Seals encrypted values."""
+
+    @property
+    def data_sealer(self) -> ReasoningSealer | None:
+        """Seals with the conversation's own data key."""
+
+    @property
+    def summary_slots(self) -> asyncio.Semaphore:
+        """Model summaries being made at once."""
+
+    def clients(self) -> list[str]:
+        """Every client that receives answers."""
+
+    def close_turn(self, turn: TurnProjection, exchange: Exchange | None) -> None:
+        """``turn`` is over; ``exchange`` joins the history."""
+
+    async def error(
+        self, p: Participant, exc: ProtocolError, originating_id: str | None = None
+    ) -> None:
+        """Answer ``p`` with an ErrorMessage."""
 
 
 class TurnProjection:
@@ -79,7 +149,7 @@ class TurnProjection:
 
     def __init__(
         self,
-        session: ProtocolSession,
+        session: TurnHost,
         request: TurnRequest,
         answer_id: str,
         *,
@@ -89,7 +159,7 @@ class TurnProjection:
         """Made by :meth:`ProtocolSession.open_turn`; ``stop`` ends the turn at its source."""
         self.request = request
         self.answer_id = answer_id
-        self.model = model or session.settings.llm_model
+        self.model = model or session.options.model
         """The model name sent as ``meta.model`` on the answer."""
         self._session = session
         self._stop = stop
@@ -219,7 +289,7 @@ class TurnProjection:
             content=event.text,
             step_index=event.index,
         )
-        meta = {META_CLOSED_AT: event.closed_ns} if s.settings.timing_meta else None
+        meta = {META_CLOSED_AT: event.closed_ns} if s.options.timing_meta else None
         groups: dict[Visibility, list[str]] = {}
         for p in s.participants.values():
             level = p.step_level if p.active else None
@@ -227,7 +297,7 @@ class TurnProjection:
                 groups.setdefault(level, []).append(p.identity)
         # The step as it is goes to those granted full reasoning. It is stored as it is,
         # or, under zero data retention, only encrypted with the conversation's data key.
-        zdr = s.settings.zdr
+        zdr = s.options.zdr
         out = s.outbox
         await out.send(step, groups.get("full", []), meta=meta, level="full", store=not zdr)
         if zdr and s.data_sealer is not None:
@@ -245,7 +315,7 @@ class TurnProjection:
                     step, content=event.summary, encrypted_value=sealed
                 )
                 await out.send(summary, to, meta=meta, store=False, level="summary")
-            elif s.settings.summary_model and s.llm is not None and not s.summary_slots.locked():
+            elif s.options.summary_model and s.llm is not None and not s.summary_slots.locked():
                 task = asyncio.create_task(
                     self._summarize(step, sealed, to, meta), name="alicia-summary"
                 )
@@ -270,11 +340,11 @@ class TurnProjection:
         """The summarizer model's summary of ``step``, sent to ``to`` only if it is ready
         before the answer starts (else dropped); its failure or timeout: extractive."""
         s = self._session
-        model = s.settings.summary_model
+        model = s.options.summary_model
         assert model is not None and s.llm is not None
         async with s.summary_slots:
             try:
-                async with asyncio.timeout(s.settings.summary_timeout_s):
+                async with asyncio.timeout(s.options.summary_timeout_s):
                     text = await model_summary(s.llm, model, step.content)
             except Exception as exc:  # a timeout, the endpoint, an empty reply
                 logger.info("summary fallback", extra={"error": type(exc).__name__})
@@ -339,3 +409,15 @@ def _figures(ended: TurnEnded) -> dict[str, Any] | None:
     if ended.first_reasoning_ms is not None:
         figures[META_FIRST_REASONING_MS] = round(ended.first_reasoning_ms, 3)
     return figures or None
+
+
+def merge(history: list[Exchange], continues: str, exchange: Exchange) -> None:
+    """Fold the continuation ``exchange`` into the exchange of the answer it continues:
+    one answer (both texts), named by the continuation's id. Nothing if that is gone."""
+    for i, ex in enumerate(history):
+        if ex.answer_id == continues:
+            text = " ".join(p for p in (ex.answer_text.strip(), exchange.answer_text.strip()) if p)
+            history[i] = Exchange(
+                ex.user_id, ex.user_text, exchange.answer_id, text, ex.requester, exchange.kept
+            )
+            return

@@ -29,7 +29,7 @@ from .keeper import Keeper
 from .participants import Overloaded, Participant, TurnRequest
 from .session import ProtocolSession
 from .tools import ToolBox
-from .turn import Exchange, Turn, TurnOptions
+from .turn import Exchange, Turn
 from .variation import continuation
 
 __all__ = ["TurnRunner", "session_keeper"]
@@ -51,8 +51,8 @@ class TurnRunner:
         """Serve ``session``'s turns with ``llm``; attaches itself to the session."""
         self._session = session
         self._llm = llm
-        self._tools = tools if session.settings.tools_enabled else None
-        self._options = TurnOptions.from_settings(session.settings)
+        self._tools = tools if session.options.tools_enabled else None
+        self._options = session.options.turn
         self._clock = clock or session.clock
         self._runners: dict[str, asyncio.Task[None]] = {}
         self.draining = False

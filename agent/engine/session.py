@@ -46,7 +46,6 @@ from typing import Any, Final
 import msgspec
 import openai
 
-from alicia.agent.settings import Settings
 from alicia.protocol import (
     MAX_PACKET_BYTES,
     TEXT_BUDGET_BYTES,
@@ -74,6 +73,7 @@ from alicia.protocol import AudioChunk as _AudioChunk
 from alicia.protocol import ids as id_prefix
 
 from .observer import AnswerObserver
+from .options import EngineOptions
 from .outbox import Outbox, ReplayBudget, ReplayGap
 from .participants import (
     DuplicateId,
@@ -116,7 +116,7 @@ class ProtocolSession:
         self,
         *,
         conversation_id: str,
-        settings: Settings,
+        options: EngineOptions,
         transport: Transport,
         sink: StepSink,
         keys: DataKeys | None = None,
@@ -126,17 +126,17 @@ class ProtocolSession:
         """Wire the parts; nothing runs until :meth:`run` (after :meth:`attach`). ``llm``
         serves the summarizer model (``ALICIA_SUMMARY_MODEL``); failover stores via ``sink``."""
         self.id = conversation_id
-        self.settings = settings
+        self.options = options
         self.llm = llm
         self.clock = clock
         self.outbox = Outbox(
-            conversation_id, transport=transport, sink=sink, keep=settings.replay_keep
+            conversation_id, transport=transport, sink=sink, keep=options.replay_keep
         )
-        if settings.failover and isinstance(sink, ConversationStore):
+        if options.failover and isinstance(sink, ConversationStore):
             self.outbox.store = sink
-            self.outbox.zdr = settings.zdr
+            self.outbox.zdr = options.zdr
         self._transport = transport
-        master = settings.reasoning_keys
+        master = options.reasoning_keys
         self.sealer: ReasoningSealer | None = ReasoningSealer(master) if master else None
         """Seals encrypted values: the conversation's data key once loaded, else the
         master key (values then survive an erase; under ZDR nothing is stored so)."""
@@ -152,7 +152,7 @@ class ProtocolSession:
         """Turns being served, oldest first."""
         self._ids: OrderedDict[str, None] = OrderedDict()
         """Message ids of this conversation (user messages, answers), to refuse reuse."""
-        self.summary_slots = asyncio.Semaphore(settings.summary_concurrency)
+        self.summary_slots = asyncio.Semaphore(options.summary_concurrency)
         self.late_summaries = 0
         """Model summaries dropped because the answer had started."""
         self.refused: Counter[str] = Counter()
@@ -234,7 +234,7 @@ class ProtocolSession:
             return
         # Seals with the data key; also opens what a run sealed with the master keys
         # while it could not load this key (a key store hiccup).
-        master = list(self.settings.reasoning_keys or ())
+        master = list(self.options.reasoning_keys or ())
         self.data_sealer = ReasoningSealer([(f"data:{self.id}", key), *master])
         self.sealer = self.data_sealer
         seal_for(self)
@@ -285,7 +285,7 @@ class ProtocolSession:
         """The participant ``identity`` (made on first sight)."""
         p = self.participants.get(identity)
         if p is None:
-            p = Participant.new(identity, self.settings, clock=self.clock)
+            p = Participant.new(identity, self.options.participants, clock=self.clock)
             self.participants[identity] = p
         if peer is not None:
             p.peer = peer
@@ -480,7 +480,7 @@ class ProtocolSession:
             raise Overloaded("too many resume requests: slow down")
         out = self.outbox
         async with out.lock:  # nothing else goes out between the replies and the replay
-            budget = self.settings.replay_max_bytes
+            budget = self.options.replay_max_bytes
             try:
                 if out.store is not None and not out.covers(seen):
                     replay = await replay_stored(self, seen, p, max_bytes=budget)

@@ -19,39 +19,61 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from alicia.protocol import AssistantMessage, AssistantSentence, error_body, new_id
 from alicia.protocol import ids as id_prefix
 
-from .outbox import MAX_REPLAY_GAP, ReplayBudget, ReplayGap
+from .outbox import MAX_REPLAY_GAP, Outbox, ReplayBudget, ReplayGap
 from .participants import Participant, TurnCut
+from .sealing import ReasoningSealer
 from .sink import StoredTurn
 from .turn import Exchange
 
-if TYPE_CHECKING:
-    from .session import ProtocolSession
-
-__all__ = ["open_sealed", "replay_stored", "restore", "seal_for"]
+__all__ = ["TakeoverHost", "open_sealed", "replay_stored", "restore", "seal_for"]
 
 logger = logging.getLogger("alicia.conversation")
 
 
-def seal_for(session: ProtocolSession) -> None:
+class TakeoverHost(Protocol):
+    """What a takeover and a stored replay need of their conversation (the port
+    :class:`~alicia.agent.engine.session.ProtocolSession` implements)."""
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+
+    @property
+    def outbox(self) -> Outbox:
+        """Where envelopes leave (and its store)."""
+
+    @property
+    def history(self) -> list[Exchange]:
+        """Finished exchanges, oldest first."""
+
+    @property
+    def data_sealer(self) -> ReasoningSealer | None:
+        """Seals with the conversation's own data key."""
+
+    def remember(self, message_id: str) -> None:
+        """Note ``message_id`` as used."""
+
+
+def seal_for(session: TakeoverHost) -> None:
     """Let the session's outbox log plaintext reasoning sealed with the data key (ZDR)."""
     sealer, cid = session.data_sealer, session.id
     if sealer is not None:
         session.outbox.seal_sent = lambda data: sealer.seal(cid, base64.b64encode(data).decode())
 
 
-def open_sealed(session: ProtocolSession, value: str) -> bytes:
+def open_sealed(session: TakeoverHost, value: str) -> bytes:
     """The bytes :func:`seal_for`'s sealer sealed (raises if they cannot be opened)."""
     if session.data_sealer is None:
         raise ValueError("no data key to open a sealed record with")
     return base64.b64decode(session.data_sealer.open(value, session.id))
 
 
-async def restore(session: ProtocolSession) -> None:
+async def restore(session: TakeoverHost) -> None:
     """Take the conversation over from storage, once, before any packet (failover only)."""
     store = session.outbox.store
     if store is None:
@@ -88,7 +110,7 @@ async def restore(session: ProtocolSession) -> None:
         )
 
 
-async def _close_cut(session: ProtocolSession, turn: StoredTurn) -> None:
+async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
     """Close a turn the previous agent could not finish (see the module docstring)."""
     out, cid = session.outbox, session.id
     if turn.state == "streaming" and turn.answer_id is not None:
@@ -131,7 +153,7 @@ async def _close_cut(session: ProtocolSession, turn: StoredTurn) -> None:
 
 
 async def replay_stored(
-    session: ProtocolSession, seen: int, p: Participant, *, max_bytes: int
+    session: TakeoverHost, seen: int, p: Participant, *, max_bytes: int
 ) -> list[bytes]:
     """The logged envelopes after ``seen`` for ``p`` (its level's steps only), then what
     the agent sent since and keeps in memory; :class:`ReplayGap` if they cannot all be

@@ -40,13 +40,12 @@ from alicia.agent.llm.passback import (
     PASSBACK_KEY,
     PassBackCollector,
 )
-from alicia.agent.llm.providers import PROFILES, Effort, PassBack, PassBackForm, Profile, resolve
+from alicia.agent.llm.providers import PROFILES, Effort, PassBack, PassBackForm, Profile
 from alicia.agent.llm.reasoning import Answer, Part, Reasoning, ReasoningExtractor, strip_reasoning
 from alicia.agent.llm.request import stream_round
 from alicia.agent.llm.segmenter import StepSegmenter
 from alicia.agent.llm.sentences import SentenceStream
 from alicia.agent.llm.toolcalls import ToolCall, merge_tool_call
-from alicia.agent.settings import Settings
 from alicia.protocol import ProtocolError, StepTracker, new_id
 from alicia.protocol import ids as id_prefix
 
@@ -111,7 +110,7 @@ _Item = TurnEvent | _Closed
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnOptions:
-    """How turns talk to the model (a subset of :class:`~alicia.agent.settings.Settings`)."""
+    """How turns talk to the model (the worker builds it from its settings)."""
 
     model: str
     """Model name sent with each request."""
@@ -131,22 +130,6 @@ class TurnOptions:
     """Chat completions or the Responses API."""
     effort: Effort | None = None
     """Reasoning effort to ask for (None: the provider's default)."""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> TurnOptions:
-        """The options a worker configured with ``settings`` uses."""
-        profile, _ = resolve(settings.llm_provider, settings.llm_base_url, settings.llm_model)
-        return cls(
-            model=settings.llm_model,
-            system_prompt=settings.system_prompt,
-            history_turns=settings.history_turns,
-            max_tool_rounds=settings.max_tool_rounds,
-            thinking_open=settings.llm_thinking_open,
-            step_max_delay_s=settings.step_max_delay_s,
-            provider=profile,
-            api=settings.llm_api,
-            effort=settings.reasoning_effort,
-        )
 
     @property
     def passback(self) -> tuple[PassBack, PassBackForm]:

@@ -10,7 +10,7 @@
   message, :data:`CONTINUE_PROMPT` (no assistant prefill: several providers refuse a
   trailing assistant message). What it writes is a new assistant message whose
   ``previousId`` (StartAnswer, AssistantMessage) is the answer it continues; in the history
-  sent to the model later, both are one answer (:func:`merge`).
+  sent to the model later, both are one answer (:func:`~.projection.merge`).
 
 ``targetId`` may name the user message or one of its answers (other implementations send
 the answer's id): the user message's latest answer is the one continued.
@@ -21,18 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from alicia.protocol import Acknowledgement, ControlVariation, ProtocolError, new_id
 from alicia.protocol import ids as id_prefix
 
+from .options import EngineOptions
+from .outbox import Outbox
 from .participants import InvalidState, NotPermitted, Participant, TurnRequest
+from .projection import TurnProjection
+from .source import TurnSource
 from .turn import Exchange
 
-if TYPE_CHECKING:
-    from .session import ProtocolSession
-
-__all__ = ["CONTINUE_PROMPT", "continuation", "merge", "on_variation", "user_text"]
+__all__ = ["CONTINUE_PROMPT", "VariationHost", "continuation", "on_variation", "user_text"]
 
 logger = logging.getLogger("alicia.conversation")
 
@@ -45,13 +46,59 @@ _SETTLE_S: Final = 5.0
 """Longest wait for a stopped answer to be closed before its continuation starts."""
 
 
-def _answers(s: ProtocolSession) -> list[tuple[str, str]]:
+class VariationHost(Protocol):
+    """What variations need of their conversation (the port
+    :class:`~alicia.agent.engine.session.ProtocolSession` implements)."""
+
+    @property
+    def id(self) -> str:
+        """The conversation id."""
+
+    @property
+    def options(self) -> EngineOptions:
+        """The conversation's options."""
+
+    @property
+    def history(self) -> list[Exchange]:
+        """Finished exchanges, oldest first."""
+
+    @property
+    def turns(self) -> Sequence[TurnProjection]:
+        """Turns being served, oldest first."""
+
+    @property
+    def outbox(self) -> Outbox:
+        """Where envelopes leave."""
+
+    @property
+    def source(self) -> TurnSource:
+        """Who runs the turns."""
+
+    def owner(self, message_id: str) -> str | None:
+        """The identity whose message (or turn) ``message_id`` is."""
+
+    def may_act_for(self, p: Participant, owner: str | None) -> bool:
+        """The one authorisation rule."""
+
+    def refuse(self, reason: str, sender: str, **extra: object) -> None:
+        """Count (and log) a refusal."""
+
+    def remember(self, message_id: str) -> None:
+        """Note ``message_id`` as used."""
+
+    async def error(
+        self, p: Participant, exc: ProtocolError, originating_id: str | None = None
+    ) -> None:
+        """Answer ``p`` with an ErrorMessage."""
+
+
+def _answers(s: VariationHost) -> list[tuple[str, str]]:
     """(answer id, user message id) of every known answer, oldest first."""
     out = [(ex.answer_id, ex.user_id) for ex in s.history]
     return out + [(t.answer_id, t.request.user_id) for t in s.turns]
 
 
-def _resolve(s: ProtocolSession, target: str) -> tuple[str, str | None]:
+def _resolve(s: VariationHost, target: str) -> tuple[str, str | None]:
     """The user message ``target`` names (itself, or the one an answer answers) and its
     latest answer (``target`` itself when it is an answer), if any."""
     answers = _answers(s)
@@ -62,7 +109,7 @@ def _resolve(s: ProtocolSession, target: str) -> tuple[str, str | None]:
     return target, latest[-1] if latest else None
 
 
-def user_text(s: ProtocolSession, user_id: str) -> str | None:
+def user_text(s: VariationHost, user_id: str) -> str | None:
     """The text of the user message ``user_id`` (None: not in this conversation)."""
     for ex in reversed(s.history):
         if ex.user_id == user_id:
@@ -74,7 +121,7 @@ def user_text(s: ProtocolSession, user_id: str) -> str | None:
 
 
 async def on_variation(
-    s: ProtocolSession, p: Participant, body: ControlVariation, stanza_id: int
+    s: VariationHost, p: Participant, body: ControlVariation, stanza_id: int
 ) -> None:
     """Serve ``p``'s ControlVariation (refusals raise a ProtocolError for ``p``)."""
     target, answer_id = _resolve(s, body.target_id)
@@ -119,17 +166,15 @@ async def on_variation(
     p.edit_timer = asyncio.create_task(_edit_timeout(s, p, target))
 
 
-async def _edit_timeout(s: ProtocolSession, p: Participant, target: str) -> None:
-    await asyncio.sleep(s.settings.edit_timeout_s)
+async def _edit_timeout(s: VariationHost, p: Participant, target: str) -> None:
+    await asyncio.sleep(s.options.edit_timeout_s)
     if p.pending_edit == target:
         p.pending_edit = None
         p.edit_timer = None
         await s.error(p, InvalidState(f"no UserMessage followed the edit of {target!r}"))
 
 
-async def continuation(
-    s: ProtocolSession, request: TurnRequest
-) -> tuple[list[Exchange], str] | None:
+async def continuation(s: VariationHost, request: TurnRequest) -> tuple[list[Exchange], str] | None:
     """The history and user text of a ``continue`` turn: the conversation up to the answer
     it continues, then :data:`CONTINUE_PROMPT` (an empty answer is answered anew: the
     user's own text). Waits (bounded) while that answer is still being closed; None if it
@@ -146,19 +191,3 @@ async def continuation(
             return s.history[: i + 1], text
     logger.info("nothing left to continue", extra={"answer": request.continues})
     return None
-
-
-def merge(history: list[Exchange], continues: str, exchange: Exchange) -> None:
-    """Fold the continuation ``exchange`` into the exchange of the answer it continues:
-    one answer (both texts), named by the continuation's id. Nothing if that is gone."""
-    for i, ex in enumerate(history):
-        if ex.answer_id == continues:
-            text = _joined((ex.answer_text.strip(), exchange.answer_text.strip()))
-            history[i] = Exchange(
-                ex.user_id, ex.user_text, exchange.answer_id, text, ex.requester, exchange.kept
-            )
-            return
-
-
-def _joined(parts: Sequence[str]) -> str:
-    return " ".join(part for part in parts if part)

@@ -31,7 +31,6 @@ from livekit.agents import (
 
 from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.tools import default_tools
-from alicia.agent.engine.turn import TurnOptions
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.wiring import open_keys, open_llm, open_sink
@@ -135,7 +134,7 @@ def build_server(settings: Settings) -> AgentServer:
         "provider": profile.name,
         "chosen_by": how,
         "api": settings.llm_api,
-        "passback": TurnOptions.from_settings(settings).passback[0],
+        "passback": settings.turn_options().passback[0],
         "effort": settings.reasoning_effort or "provider default",
     }
     # Logged once the command line has set logging up.
@@ -240,7 +239,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         async with RoomTransport(room, chat_topic=chat) as transport:
             conversation = Conversation(
                 conversation_id=room.name,
-                settings=settings,
+                options=settings.engine_options(),
                 transport=transport,
                 sink=sink,
                 llm=llm,

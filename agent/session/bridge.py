@@ -146,7 +146,7 @@ class ReasoningBridge:
         self._transport = RoomTransport(self._room).start()
         self.session = ProtocolSession(
             conversation_id=self._conversation_id,
-            settings=self._settings,
+            options=self._settings.engine_options(),
             transport=self._transport,
             sink=self._sink,
             keys=self._keys,
