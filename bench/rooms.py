@@ -30,8 +30,13 @@ random point of one turn's length, so rooms do not run in step).
   stream with aiohttp, decodes each SSE event with msgspec, and publishes the same encoded
   envelopes (ReasoningStep per paragraph with the same timing meta, StartAnswer,
   AssistantSentence per sentence, the last final) with ``ffi_routing.publish``, the
-  worker's ``publish_data`` path. No protocol session, storage, history or checks: the
-  least any agent must do for this traffic.
+  worker's ``publish_data`` path. With ``ALICIA_LK_CONVENTIONS`` on (the worker's default)
+  it also sends what LiveKit's agent conventions ask of any agent a stock frontend shows:
+  each answer as an ``lk.transcription`` text stream (a write per sentence) and the
+  ``lk.agent.state`` attribute (thinking, speaking, listening), the cheapest way the SDK
+  offers (``ffi_routing.TextStream`` and ``set_attributes``, the worker's path). No
+  protocol session, storage, history or checks: the least any agent must do for this
+  traffic.
 
 Once every room streams, ``--warmup`` seconds pass, then a ``--seconds`` window; then
 clients send no new turns and wait for the turn under way to end.
@@ -96,11 +101,23 @@ from typing import Any
 import aiohttp
 import msgspec
 from livekit import api, rtc
+from livekit.agents.types import (
+    ATTRIBUTE_AGENT_STATE,
+    ATTRIBUTE_TRANSCRIPTION_FINAL,
+    ATTRIBUTE_TRANSCRIPTION_SEGMENT_ID,
+    TOPIC_TRANSCRIPTION,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from alicia.agent.engine.conversation import META_CLOSED_AT
-from alicia.agent.rooms.ffi_routing import publish, route_room, stop_capturing_native_logs
+from alicia.agent.rooms.ffi_routing import (
+    TextStream,
+    publish,
+    route_room,
+    set_attributes,
+    stop_capturing_native_logs,
+)
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import (
     ENDLESS,
@@ -381,6 +398,7 @@ class _FloorChunk(msgspec.Struct):
 
 
 _floor_chunk = msgspec.json.Decoder(_FloorChunk)
+_TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 class FloorRoom:
@@ -394,6 +412,22 @@ class FloorRoom:
         self._url = base_url + "/chat/completions"
         self._tasks: set[asyncio.Task[None]] = set()
         self.room.on("data_received", self._on_data)
+        self.conventions = os.environ.get("ALICIA_LK_CONVENTIONS", "true").lower() in _TRUE
+        """Also LiveKit's conventions, as the worker (``ALICIA_LK_CONVENTIONS``, default on)."""
+        self._ops: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def _send_conventions(self) -> None:
+        """The conventions' room operations, in order, off the protocol's path (as the
+        worker sends them)."""
+        while True:
+            op = await self._ops.get()
+            await op
+
+    def _later(self, op: Any) -> None:
+        if self.conventions:
+            self._ops.put_nowait(op)
+        else:
+            op.close()
 
     def _on_data(self, packet: rtc.DataPacket) -> None:
         if packet.topic != DATA_TOPIC or packet.participant is None:
@@ -427,6 +461,8 @@ class FloorRoom:
         reasoning = answer = ""
         index = sequence = 0
         answer_id = ""
+        transcript = TextStream(self.room, topic=TOPIC_TRANSCRIPTION, attributes={})
+        self._later(set_attributes(self.room, {ATTRIBUTE_AGENT_STATE: "thinking"}))
         async with self._session.post(self._url, json=request) as response:
             buffer = b""
             async for data in response.content.iter_any():
@@ -464,17 +500,34 @@ class FloorRoom:
                                 answer_type="text",
                             )
                             await self.send(start, to, {"model": MODEL})
+                            transcript = TextStream(
+                                self.room,
+                                topic=TOPIC_TRANSCRIPTION,
+                                attributes={
+                                    ATTRIBUTE_TRANSCRIPTION_FINAL: "false",
+                                    ATTRIBUTE_TRANSCRIPTION_SEGMENT_ID: answer_id,
+                                },
+                            )
+                            self._later(
+                                set_attributes(self.room, {ATTRIBUTE_AGENT_STATE: "speaking"})
+                            )
                         answer += delta.content
                         while ". " in answer:
                             sentence, answer = answer.split(". ", 1)
                             sequence += 1
                             await self.send(self._sentence(answer_id, sequence, sentence + "."), to)
+                            self._later(
+                                transcript.write((" " if sequence > 1 else "") + sentence + ".")
+                            )
         if not answer_id:
             answer_id = new_id("msg")
             start = StartAnswer(id=answer_id, previous_id=message.id, conversation_id=self.name)
             await self.send(start, to, {"model": MODEL})
         sequence += 1
         await self.send(self._sentence(answer_id, sequence, answer.strip(), final=True), to)
+        self._later(transcript.write((" " if sequence > 1 else "") + answer.strip()))
+        self._later(transcript.aclose({ATTRIBUTE_TRANSCRIPTION_FINAL: "true"}))
+        self._later(set_attributes(self.room, {ATTRIBUTE_AGENT_STATE: "listening"}))
 
     def _sentence(self, answer: str, sequence: int, text: str, final: bool = False) -> Any:
         return AssistantSentence(
@@ -496,6 +549,7 @@ async def floor_process(url: str, base_url: str, tokens: list[tuple[str, str]]) 
             await floor.room.connect(url, token, rtc.RoomOptions(auto_subscribe=False))
             route_room(floor.room)
             stop_capturing_native_logs()
+            floor._spawn(floor._send_conventions())
         print("READY", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         await asyncio.gather(*(f.room.disconnect() for f in rooms))

@@ -9,7 +9,10 @@ in a text room, as livekit-agents' room I/O does for an AgentSession:
   answer's first sentence with ``lk.transcription_final`` ``false`` and ``lk.segment_id``
   (the answer's message id, so a client can match it with the protocol's StartAnswer), one
   write per sentence (a space between them), closed with ``lk.transcription_final``
-  ``true``; no ``lk.transcribed_track_id``, as the agent publishes no track;
+  ``true``; no ``lk.transcribed_track_id``, as the agent publishes no track. Streams and
+  attribute updates go through the process's FFI router
+  (:mod:`~alicia.agent.rooms.ffi_routing`): the SDK's own calls cost every other room a
+  wake-up per pending write;
 * ``lk.agent.state`` is ``listening`` once the room is served, ``thinking`` from a turn's
   start until its answer begins (the model reads, reasons or calls tools), ``speaking``
   while it answers and ``listening`` again once no turn runs;
@@ -44,6 +47,8 @@ from alicia.agent.engine.events import TurnStatus
 from alicia.agent.engine.outbox import Tenure
 from alicia.agent.engine.participants import TurnRequest
 
+from .ffi_routing import TextStream, set_attributes
+
 __all__ = ["CHAT_TOPIC", "AgentState", "RoomConventions"]
 
 logger = logging.getLogger("alicia.conventions")
@@ -65,7 +70,7 @@ class RoomConventions:
         self._room = room
         self._answering: dict[str, bool] = {}
         """Open turns by answer id: whether their answer has begun."""
-        self._writers: dict[str, rtc.TextStreamWriter] = {}
+        self._writers: dict[str, TextStream] = {}
         self._state: AgentState | None = None
         """The state last set on the room."""
         self._ops: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue()
@@ -147,7 +152,7 @@ class RoomConventions:
         if state == self._state or not self._room.isconnected():
             return
         self._state = state
-        await self._room.local_participant.set_attributes({ATTRIBUTE_AGENT_STATE: state})
+        await set_attributes(self._room, {ATTRIBUTE_AGENT_STATE: state})
 
     async def _write(self, answer_id: str, text: str) -> None:
         writer = self._writers.get(answer_id)
@@ -156,9 +161,7 @@ class RoomConventions:
                 ATTRIBUTE_TRANSCRIPTION_FINAL: "false",
                 ATTRIBUTE_TRANSCRIPTION_SEGMENT_ID: answer_id,
             }
-            writer = await self._room.local_participant.stream_text(
-                topic=TOPIC_TRANSCRIPTION, attributes=attributes
-            )
+            writer = TextStream(self._room, topic=TOPIC_TRANSCRIPTION, attributes=attributes)
             self._writers[answer_id] = writer
         else:
             text = " " + text
@@ -167,4 +170,4 @@ class RoomConventions:
     async def _close(self, answer_id: str) -> None:
         writer = self._writers.pop(answer_id, None)
         if writer is not None:
-            await writer.aclose(attributes={ATTRIBUTE_TRANSCRIPTION_FINAL: "true"})
+            await writer.aclose({ATTRIBUTE_TRANSCRIPTION_FINAL: "true"})

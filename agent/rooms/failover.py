@@ -9,6 +9,12 @@
   sends nothing until a renewal confirms it still holds the room; a lost lease makes the
   agent leave at once. A room that starts while the database is away is served without
   those guarantees (logged) and claimed once the database answers.
+* :func:`keep_out`: a fenced agent that left its room stays out. The watcher removes a
+  stalled agent from its room when it moves the room; when the process wakes, livekit's
+  SDK tries to resume, is told to reconnect, and rejoins the room with its still valid
+  token, natively, whatever the agent decided meanwhile (seen in half of the stall tests:
+  the old agent stayed in the room for good). For :data:`KEEP_OUT_S` after leaving, the
+  agent asks livekit-server whether its participant is back, and removes it if it is.
 * :func:`watch_drain`: on SIGTERM livekit-agents drains the worker (no new rooms); this
   notices it (:data:`DRAINING`) so each room lets its running turns finish (bounded by
   ``ALICIA_DRAIN_TURN_TIMEOUT``), releases its lease and leaves: the jobs end, the worker
@@ -30,6 +36,7 @@ import socket
 import threading
 from typing import Any, Final
 
+from livekit import api
 from livekit.agents import AgentServer
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
@@ -38,9 +45,11 @@ from alicia.agent.storage.leases import Fence, Leases
 
 __all__ = [
     "DRAINING",
+    "KEEP_OUT_S",
     "DrainingServer",
     "Hold",
     "LeaseKeeper",
+    "keep_out",
     "lease_keeper",
     "wait_draining",
     "warm_storage",
@@ -309,3 +318,44 @@ def warm_storage(url: str) -> None:
 
 
 _TASKS: set[asyncio.Task[None]] = set()
+
+KEEP_OUT_S: Final = 10.0
+"""How long a fenced agent that left its room makes sure its SDK does not rejoin it: the
+SDK's own reconnect attempts end well within it."""
+_KEEP_OUT_EVERY_S: Final = 0.25
+
+
+async def keep_out(
+    server: tuple[str, str, str], room: str, identity: str, *, within: float = KEEP_OUT_S
+) -> int:
+    """Remove ``identity`` from ``room`` whenever livekit-server has it there, for ``within``
+    seconds (see the module docstring); ``server``: its URL, API key and secret. Returns
+    how many times it was removed. Never raises."""
+    url, key, secret = server
+    http = "http" + url[2:] if url.startswith("ws") else url
+    who = api.RoomParticipantIdentity(room=room, identity=identity)
+    removed = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    try:
+        async with api.LiveKitAPI(http, key, secret) as lk:
+            while True:
+                try:
+                    await lk.room.get_participant(who)
+                except api.TwirpError as exc:
+                    if exc.code != api.TwirpErrorCode.NOT_FOUND:
+                        logger.info("room presence not checked", extra={"error": str(exc)})
+                else:
+                    with contextlib.suppress(api.TwirpError):
+                        await lk.room.remove_participant(who)
+                    removed += 1
+                    logger.warning(
+                        "the SDK rejoined a room this fenced agent had left: removed",
+                        extra={"room": room},
+                    )
+                if loop.time() >= deadline:
+                    return removed
+                await asyncio.sleep(_KEEP_OUT_EVERY_S)
+    except Exception as exc:
+        logger.warning("room presence not checked", extra={"room": room, "error": repr(exc)})
+    return removed

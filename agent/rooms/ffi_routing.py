@@ -13,8 +13,11 @@ calls and wake-ups, on the native threads that should be moving packets.
 :func:`route_room`:
 
 * a room's own events go to that room only (a dict lookup by room handle);
-* ``publish_data`` completions of :func:`publish` settle their caller directly (by
-  async id), and are never offered to rooms;
+* the completions of :func:`publish`, of :class:`TextStream` (``lk.transcription``) and
+  of :func:`set_attributes` settle their caller directly (by async id), and are never
+  offered to rooms. The SDK's own calls for these subscribe a temporary queue that every
+  FFI event of the process is delivered to until the call completes: rooms x events
+  wake-ups at a hundred rooms;
 * RPC invocations and track publish callbacks go to each routed room whose original
   filter wants them, as before; other request callbacks are left to the requesting
   call's own subscription (see :data:`_ROOM_WANTS`);
@@ -33,14 +36,21 @@ import ctypes
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from livekit import rtc
 from livekit.rtc.participant import PublishDataError
 
-__all__ = ["FfiRouter", "publish", "route_room", "stop_capturing_native_logs"]
+__all__ = [
+    "FfiRouter",
+    "TextStream",
+    "publish",
+    "route_room",
+    "set_attributes",
+    "stop_capturing_native_logs",
+]
 
 logger = logging.getLogger("alicia.ffi")
 
@@ -51,6 +61,17 @@ _ROOM_WANTS: Final = frozenset({"rpc_method_invocation", "publish_track", "unpub
 by the requesting call's own temporary subscription, which the SDK's fan-out still serves.
 The native library emits one such callback per ``publish_data`` besides its completion, so
 offering them to every room would cost rooms x packets wake-ups."""
+
+_BY_ASYNC_ID: Final = frozenset(
+    {
+        "publish_data",
+        "text_stream_open",
+        "text_stream_writer_write",
+        "text_stream_writer_close",
+        "set_local_attributes",
+    }
+)
+"""Completions settled by async id (the caller awaits its own; no room is offered them)."""
 
 _EARLY_LIMIT: Final = 4096
 """Completions that arrived before their caller registered, kept by async id (bounded)."""
@@ -118,8 +139,8 @@ class FfiRouter:
         self._rooms: dict[int, list[_Route]] = {}
         self._routes: dict[int, tuple[int, _Route]] = {}  # id(queue) -> (handle, route)
         self._inboxes: dict[asyncio.AbstractEventLoop, _LoopInbox] = {}
-        self._waiting: dict[int, tuple[_LoopInbox, asyncio.Future[str]]] = {}
-        self._early: OrderedDict[int, str] = OrderedDict()
+        self._waiting: dict[int, tuple[_LoopInbox, asyncio.Future[Any]]] = {}
+        self._early: OrderedDict[int, Any] = OrderedDict()
 
     @classmethod
     def get(cls) -> FfiRouter | None:
@@ -201,8 +222,8 @@ class FfiRouter:
             if kind == "room_event":
                 for route in self._rooms.get(event.room_event.room_handle, ()):
                     route.inbox.post(route.queue.put_nowait, event)
-            elif kind == "publish_data":
-                self._settle(event.publish_data.async_id, event.publish_data.error)
+            elif kind in _BY_ASYNC_ID:
+                self._settle(getattr(event, kind).async_id, event)
             elif kind in _ROOM_WANTS:
                 for routes in self._rooms.values():
                     for route in routes:
@@ -210,17 +231,40 @@ class FfiRouter:
                             route.inbox.post(route.queue.put_nowait, event)
             self._fanout_put(event)  # the SDK's remaining (non-room) subscribers
 
-    def _settle(self, async_id: int, error: str) -> None:
+    def _settle(self, async_id: int, event: Any) -> None:
         waiter = self._waiting.pop(async_id, None)
         if waiter is None:  # completed before the caller registered (or not ours)
-            self._early[async_id] = error
+            self._early[async_id] = event
             while len(self._early) > _EARLY_LIMIT:
                 self._early.popitem(last=False)
             return
         inbox, done = waiter
-        inbox.post(_settle_future, (done, error))
+        inbox.post(_settle_future, (done, event))
 
     # -- publishing ---------------------------------------------------------------------
+
+    async def request(self, req: Any, field: str) -> Any:
+        """Send the FFI request ``req`` (``field``: its request and response field) and
+        return its completion (the FFI event's message)."""
+        resp = self._client.request(req)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        async_id = getattr(resp, field).async_id
+        with self._lock:
+            if async_id in self._early:
+                done.set_result(self._early.pop(async_id))
+            else:
+                self._waiting[async_id] = (self._inbox(loop), done)
+        try:
+            event = await done
+        finally:
+            with self._lock:
+                self._waiting.pop(async_id, None)
+        return getattr(event, event.WhichOneof("message"))
+
+    def new_request(self) -> Any:
+        """An empty FFI request."""
+        return self._request_type()
 
     async def publish(
         self, room: rtc.Room, data: bytes, destinations: list[str], topic: str
@@ -235,21 +279,11 @@ class FfiRouter:
         req.publish_data.reliable = True
         req.publish_data.topic = topic
         req.publish_data.destination_identities.extend(destinations)
-        resp = self._client.request(req)
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[str] = loop.create_future()
-        async_id = resp.publish_data.async_id
-        with self._lock:
-            if async_id in self._early:
-                done.set_result(self._early.pop(async_id))
-            else:
-                self._waiting[async_id] = (self._inbox(loop), done)
         try:
-            return await done
+            done = await self.request(req, "publish_data")
         finally:
-            with self._lock:
-                self._waiting.pop(async_id, None)
             del buffer  # the FFI reads the packet until its completion
+        return str(done.error)
 
 
 def _wants(wants: Callable[[Any], bool], event: Any) -> bool:
@@ -259,7 +293,7 @@ def _wants(wants: Callable[[Any], bool], event: Any) -> bool:
         return True
 
 
-def _settle_future(item: tuple[asyncio.Future[str], str]) -> None:
+def _settle_future(item: tuple[asyncio.Future[Any], Any]) -> None:
     done, error = item
     if not done.done():
         done.set_result(error)
@@ -285,6 +319,101 @@ async def publish(room: rtc.Room, data: bytes, destinations: list[str], topic: s
     error = await router.publish(room, data, destinations, topic)
     if error:
         raise PublishDataError(error)
+
+
+async def set_attributes(room: rtc.Room, attributes: dict[str, str]) -> None:
+    """Set attributes on the room's local participant (the SDK's ``set_attributes``)."""
+    router = FfiRouter.get()
+    if router is None:
+        await room.local_participant.set_attributes(attributes)
+        return
+    participant: Any = room.local_participant
+    req = router.new_request()
+    req.set_local_attributes.local_participant_handle = participant._ffi_handle.handle
+    for key, value in attributes.items():
+        entry = req.set_local_attributes.attributes.add()
+        entry.key, entry.value = key, value
+    done = await router.request(req, "set_local_attributes")
+    if done.error:
+        raise RuntimeError(f"attributes not set: {done.error}")
+
+
+class TextStream:
+    """One outgoing text stream (the SDK's ``stream_text`` writer): opened by the first
+    :meth:`write`, closed by :meth:`aclose`; through the router when it is available."""
+
+    def __init__(self, room: rtc.Room, *, topic: str, attributes: dict[str, str]) -> None:
+        """Nothing is sent before the first :meth:`write`."""
+        self._room = room
+        self._topic = topic
+        self._attributes = attributes
+        self._router = FfiRouter.get()
+        self._writer: rtc.TextStreamWriter | None = None
+        self._handle: Any = None
+        """The native writer (FfiHandle) while the stream is open through the router."""
+
+    async def write(self, text: str) -> None:
+        """Send ``text`` as the stream's next chunk (opening the stream first)."""
+        router = self._router
+        if router is None:
+            if self._writer is None:
+                self._writer = await self._room.local_participant.stream_text(
+                    topic=self._topic, attributes=self._attributes
+                )
+            await self._writer.write(text)
+            return
+        if self._handle is None:
+            await self._open(router)
+        req = router.new_request()
+        req.text_stream_write.writer_handle = self._handle.handle
+        req.text_stream_write.text = text
+        _raise_stream_error(await router.request(req, "text_stream_write"))
+
+    async def aclose(self, attributes: dict[str, str] | None = None) -> None:
+        """Close the stream (nothing if it was never opened), with trailer ``attributes``."""
+        router, handle = self._router, self._handle
+        if router is None:
+            if self._writer is not None:
+                await self._writer.aclose(attributes=attributes)
+            return
+        if handle is None:
+            return
+        self._handle = None
+        req = router.new_request()
+        req.text_stream_close.writer_handle = handle.handle
+        if attributes:
+            req.text_stream_close.attributes.update(attributes)
+        self._opened().pop(handle.handle, None)
+        handle.mark_consumed()  # the close hands the native writer back
+        _raise_stream_error(await router.request(req, "text_stream_close"))
+
+    async def _open(self, router: FfiRouter) -> None:
+        from livekit.rtc._ffi_client import FfiHandle
+
+        participant: Any = self._room.local_participant
+        req = router.new_request()
+        options = req.text_stream_open.options
+        req.text_stream_open.local_participant_handle = participant._ffi_handle.handle
+        options.topic = self._topic
+        options.attributes.update(self._attributes)
+        options.sender_identity = participant.identity
+        done = await router.request(req, "text_stream_open")
+        _raise_stream_error(done)
+        self._handle = FfiHandle(done.writer.handle.id)
+        self._opened()[self._handle.handle] = self._handle
+
+    def _opened(self) -> MutableMapping[int, Any]:
+        """The participant's open writers, which the SDK drops when the room disconnects
+        (a stream left open by a cancelled task is released then, as the SDK's are)."""
+        opened: MutableMapping[int, Any] = getattr(
+            self._room.local_participant, "_open_stream_writers", {}
+        )
+        return opened
+
+
+def _raise_stream_error(done: Any) -> None:
+    if done.HasField("error"):
+        raise rtc.StreamError(done.error.description)
 
 
 _logs_released = False

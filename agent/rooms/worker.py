@@ -40,6 +40,7 @@ from .failover import (
     DrainingServer,
     Hold,
     LeaseKeeper,
+    keep_out,
     lease_keeper,
     wait_draining,
     warm_storage,
@@ -257,6 +258,9 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
                     conventions.tenure = hold
                 await _run_until_drained(conversation, transport, settings, hold.lost)
     finally:
+        fenced = hold is not None and hold.lost.is_set()
+        if fenced:  # another agent serves the room: out of it first
+            await room.disconnect()
         if conventions is not None:
             await conventions.aclose()
         if keys is not None:
@@ -266,6 +270,9 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
         if hold is not None:
             await hold.keeper.release(hold)
         logger.info("room left", extra={"room": room.name})
+        if fenced:
+            server = (settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret)
+            await keep_out(server, room.name, identity)
 
 
 async def _on_request(request: JobRequest, *, settings: Settings) -> None:
