@@ -9,7 +9,7 @@ alicia.agent.watch``) and two workers (``python -m alicia.agent start`` with
 ``ALICIA_FAILOVER=true``, explicit dispatch, the thread job executor).
 
 The first worker takes every room (the second starts only afterwards); each room has
-one client (``tests/failover_helpers.FollowingClient``: trusts only agent participants,
+one client (``tests/e2e/failover/helpers.py`` ``FollowingClient``: trusts only agent participants,
 resumes with a new one). Once every room has streamed a step, the first worker's process
 group gets SIGKILL at t0. Per room, the takeover time is from t0 to the moment the new
 agent answered the client's resume (its Configuration reply); ``gaps`` and
@@ -54,9 +54,14 @@ from alicia.harness.ports import free_port, port_open
 from alicia.harness.recorded_llm import load_manifest
 from alicia.protocol import ReasoningStep, decode
 from bench._stats import percentile
-from tests.failover_helpers import FollowingClient, following_client, logged_for, running_watcher
-from tests.storage_db import fetch, new_database
-from tests.worker_proc import running_worker
+from tests.e2e.failover.helpers import (
+    FollowingClient,
+    following_client,
+    logged_for,
+    running_watcher,
+)
+from tests.e2e.worker import running_worker
+from tests.support.db import fetch, new_database
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM = "deepseek_reasoning_content"

@@ -56,7 +56,7 @@ from alicia.protocol import (
     new_id,
 )
 from bench._stats import percentile
-from tests.worker_proc import running_worker
+from tests.e2e.worker import running_worker
 
 WARMUP = 20
 RAW_META = "alicia.sentMonoNs"

@@ -48,7 +48,7 @@ from alicia.harness.speech import ROOM_RATE, AudioRecorder, Microphone, speak, s
 from alicia.protocol import AssistantSentence, Commentary, new_id
 from bench._stats import percentile
 from bench.voice import agent_in
-from tests.livekit_helpers import ProtocolClient
+from tests.support.livekit_rooms import ProtocolClient
 
 SHAPE = "vllm_progress"
 CANARIES = ("yellow submarine", "silver kettle")

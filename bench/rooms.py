@@ -143,11 +143,11 @@ from alicia.protocol import (
     new_id,
 )
 from bench._stats import cpu_seconds, percentile, rss_bytes
-from tests.worker_proc import running_worker
+from tests.e2e.worker import running_worker
 
 TOKENS_PER_STEP = 25  # --packets: the endless stream's paragraphs average 25 tokens
 ROOMS_PER_CLIENT_PROCESS = 25
-MODEL = "recorded-model"  # the LLM_MODEL tests/worker_proc.py gives the worker
+MODEL = "recorded-model"  # the LLM_MODEL tests/e2e/worker.py gives the worker
 P99_LIMIT_MS = 150.0
 FEATURES = ["reasoning_step_display", "streaming"]
 

@@ -51,7 +51,7 @@ from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.harness.speech import AudioRecorder, Microphone, speak
 from alicia.protocol import DATA_TOPIC, ReasoningStep, decode, new_id
 from bench._stats import percentile
-from tests.livekit_helpers import ProtocolClient
+from tests.support.livekit_rooms import ProtocolClient
 
 SHAPE = "openrouter_gpt5_summary"
 

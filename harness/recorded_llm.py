@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import logging
 import re
@@ -64,11 +63,32 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from aiohttp import web
 
+from .provider_rules import RULES, Refusal, Rejection, RuleContext
+from .recorded_streams import (
+    DEFAULT_STREAM,
+    ENDLESS,
+    GENERATED,
+    ROTATE,
+    STREAMS_DIR,
+    TOKEN_TURN,
+    TURN_ANSWER,
+    TURN_PARAGRAPHS,
+    StreamSpec,
+    encrypted_contents,
+    endless_events,
+    event_data,
+    load_manifest,
+    read_events,
+    turn_events,
+    without_encrypted,
+)
+
 __all__ = [
+    "DEFAULT_STREAM",
     "ENDLESS",
     "ROTATE",
     "RULES",
@@ -88,463 +108,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-STREAMS_DIR: Final = Path(__file__).resolve().parents[1] / "tests" / "streams"
-"""The recorded streams shipped with the repository."""
-
-ENDLESS: Final = "endless"
-"""Stream name for endless reasoning (until the client disconnects)."""
-
-TOKEN_TURN: Final = "token_turn"
-"""Stream name for one token-level vLLM-shaped turn: reasoning paragraphs, then an answer."""
-
-ROTATE: Final = "rotate"
-"""Default that answers unmarked requests with each recorded stream in turn."""
-
-DEFAULT_STREAM: Final = "deepseek_reasoning_content"
 _SSE_CONTENT_TYPE: Final = "text/event-stream; charset=utf-8"
 _PATHS: Final = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
-
-_ENDLESS_PARAGRAPHS: Final = (
-    "Let me think about this step by step. The question has several parts, and I want "
-    "to make sure each one is handled before I answer.",
-    "First, the facts. I should separate what is given from what I am assuming, because "
-    "mixing them up is the usual source of mistakes.",
-    "Second, the edge cases. What happens at zero, at the limits, and when the input is "
-    "empty? Each of these deserves a quick check.",
-    "Third, the wording of the answer. It should be short enough to say aloud, but it "
-    "must still be correct and complete.",
-)
-
-_GENERATED: Final = frozenset({ENDLESS, TOKEN_TURN})
-"""Streams made by the server itself (chat only, no manifest entry, no rules)."""
-
-TURN_PARAGRAPHS: Final = (
-    "Okay, the user wants to know how long a pot of rice should rest after cooking. I "
-    "remember that resting lets the steam finish the grains evenly, so the bottom does "
-    "not stay wet while the top dries out. The usual advice is about ten minutes with the "
-    "lid on, but it depends on the kind of rice and the pot being used.",
-    "Let me check the common cases one by one. White long grain rice is fine after about "
-    "ten minutes, while brown rice has a tougher bran layer and benefits from a little "
-    "longer, maybe fifteen minutes. Sushi rice is usually rested briefly and then seasoned "
-    "while still warm, so the timing there is a bit different from plain rice.",
-    "There is also the question of the heat. The pot should come off the burner, or the "
-    "burner should be turned off, so the rice does not scorch at the bottom. Keeping the "
-    "lid closed matters more than the exact number of minutes, because opening it lets "
-    "out the steam that is doing the remaining work on the grains.",
-    "So the answer should be short and practical. I will say ten minutes off the heat "
-    "with the lid on for white rice, a bit longer for brown rice, and mention that the "
-    "lid should stay closed the whole time. Then a quick fluff with a fork before serving "
-    "keeps the grains separate, which is worth adding as a final tip.",
-)
-"""The reasoning paragraphs of :data:`TOKEN_TURN` (about 60 tokens each), in turn order."""
-
-TURN_ANSWER: Final = (
-    "Let white rice rest for about ten minutes off the heat with the lid on. "
-    "Brown rice is better after about fifteen minutes. "
-    "Keep the lid closed the whole time, then fluff the grains with a fork before serving."
-)
-"""The answer of :data:`TOKEN_TURN` (three sentences)."""
 
 EventHook = Callable[[str, int], None]
 """Told each event's text and ``time.monotonic_ns()`` just before it is written."""
 StreamHook = Callable[[Mapping[str, Any], str], EventHook | None]
 """Told each served stream's request body and stream name; may return an EventHook."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSpec:
-    """One recorded stream and what a correct reader gets from it (a manifest entry)."""
-
-    name: str
-    file: str
-    provider: str
-    model: str
-    open_at_start: bool
-    user: str
-    reasoning: str
-    """Exact concatenation of the Reasoning parts the extractor yields."""
-    answer: str
-    """Exact concatenation of the Answer parts."""
-    steps: tuple[str, ...]
-    """Expected step texts (paragraphs of the reasoning)."""
-    tool_calls: tuple[Mapping[str, str], ...]
-    """``{"id", "name", "arguments"}`` per call (arguments as the JSON text streamed)."""
-    finish_reason: str
-    followup: str | None = None
-    """Stream that continues this one after the tool result."""
-    tool_result: str | None = None
-    """The tool result the follow-up was recorded with (JSON text)."""
-    api: str = "chat"
-    """``chat`` (served at ``/v1/chat/completions``) or ``responses`` (``/v1/responses``)."""
-    profile: str = "generic"
-    """The ``LLM_PROVIDER`` profile a worker needs to read and answer it correctly."""
-    rules: tuple[str, ...] = ()
-    """Request rules the server enforces before serving it (:data:`RULES`)."""
-    summaries: tuple[str, ...] = ()
-    """Provider-written reasoning summaries in the stream, one per paragraph."""
-    passback: Mapping[str, Any] | None = None
-    """Tool-call streams: what a correct client sends back with the next request."""
-
-
-def load_manifest(directory: Path = STREAMS_DIR) -> dict[str, StreamSpec]:
-    """Read ``manifest.json`` from ``directory``: stream name -> :class:`StreamSpec`."""
-    raw = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    specs: dict[str, StreamSpec] = {}
-    for name, entry in raw.items():
-        specs[name] = StreamSpec(
-            name=name,
-            file=entry["file"],
-            provider=entry["provider"],
-            model=entry["model"],
-            open_at_start=bool(entry["open_at_start"]),
-            user=entry["user"],
-            reasoning=entry["reasoning"],
-            answer=entry["answer"],
-            steps=tuple(entry["steps"]),
-            tool_calls=tuple(entry["tool_calls"]),
-            finish_reason=entry["finish_reason"],
-            followup=entry.get("followup"),
-            tool_result=entry.get("tool_result"),
-            api=entry.get("api", "chat"),
-            profile=entry.get("profile", "generic"),
-            rules=tuple(entry.get("rules", ())),
-            summaries=tuple(entry.get("summaries", ())),
-            passback=entry.get("passback"),
-        )
-    return specs
-
-
-def read_events(path: Path) -> list[str]:
-    """The SSE events of a recorded file, each without its terminating blank line."""
-    text = path.read_text(encoding="utf-8")
-    return [event for event in text.split("\n\n") if event.strip()]
-
-
-# -- provider request rules -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A provider's answer to a request that breaks one of its rules."""
-
-    status: int
-    body: Any
-    """The JSON body exactly as the provider sends it (an object, or Gemini's list)."""
-    message: str
-    """The provider's error text (also inside ``body``)."""
-
-
-class Rejection(NamedTuple):
-    """One refused request: the stream that would have answered, the rule, the text."""
-
-    stream: str
-    rule: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class RuleContext:
-    """What a rule compares the request with."""
-
-    spec: StreamSpec
-    """The stream that would answer the request."""
-    origin: StreamSpec
-    """The tool-call stream it continues (``spec`` itself when it is not a follow-up)."""
-    encrypted: frozenset[str]
-    """Every ``encrypted_content`` the recorded Responses streams hand out."""
-
-
-Rule = Callable[[Mapping[str, Any], RuleContext], Refusal | None]
-
-DEEPSEEK_V4_PASSBACK: Final = (
-    "The `reasoning_content` in the thinking mode must be passed back to the API."
-)
-ANTHROPIC_THINKING_FIRST: Final = (
-    "messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
-    "`tool_use`. When `thinking` is enabled, a final `assistant` message must start with a "
-    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
-    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
-    "disable `thinking`. Please consult our documentation at "
-    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
-)
-GEMINI_MISSING_SIGNATURE: Final = (
-    "Function call is missing a thought_signature in functionCall parts. This is required "
-    "for tools to work correctly, and missing thought_signature may lead to degraded model "
-    "performance. Additional data, function call `default_api:{name}` , position {index}. "
-    "Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more "
-    "details."
-)
-RESPONSES_ITEM_NOT_FOUND: Final = (
-    "Item with id '{id}' not found. Items are not persisted when `store` is set to false. "
-    "Try again with `store` set to true, or remove this item from your input."
-)
-RESPONSES_MISSING_REASONING: Final = (
-    "Item '{fc}' of type 'function_call' was provided without its required 'reasoning' "
-    "item: '{rs}'."
-)
-
-
-def _messages(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    value = body.get("messages")
-    return [m for m in value if isinstance(m, Mapping)] if isinstance(value, list) else []
-
-
-def _tool_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    if message.get("role") != "assistant":
-        return []
-    calls = message.get("tool_calls")
-    return [c for c in calls if isinstance(c, Mapping)] if isinstance(calls, list) else []
-
-
-def _dig(value: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(key)
-    return value
-
-
-def _deepseek_error(message: str) -> Refusal:
-    body = {
-        "error": {
-            "message": message,
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "invalid_request_error",
-        }
-    }
-    return Refusal(400, body, message)
-
-
-def _openai_error(
-    status: int, message: str, *, param: str | None = "input", code: str | None = None
-) -> Refusal:
-    body = {
-        "error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-    }
-    return Refusal(status, body, message)
-
-
-def deepseek_reasoner_no_reasoning_input(
-    body: Mapping[str, Any], context: RuleContext
-) -> Refusal | None:
-    """deepseek-reasoner answers 400 when an input message carries ``reasoning_content``
-    (DeepSeek's reasoning-model guide; the wording of the message here is ours)."""
-    for index, message in enumerate(_messages(body)):
-        if "reasoning_content" in message:
-            return _deepseek_error(
-                "The `reasoning_content` field is not supported in the input messages of "
-                f"deepseek-reasoner (message index {index}). Remove it from previous "
-                "assistant messages before sending them back."
-            )
-    return None
-
-
-def deepseek_v4_passback(body: Mapping[str, Any], context: RuleContext) -> Refusal | None:
-    """DeepSeek V4 thinking mode: an assistant message with tool calls must carry its
-    ``reasoning_content`` (a string) in every later request."""
-    for message in _messages(body):
-        if _tool_calls(message) and not isinstance(message.get("reasoning_content"), str):
-            return _deepseek_error(DEEPSEEK_V4_PASSBACK)
-    return None
-
-
-def _anthropic_index(messages: list[Mapping[str, Any]], target: int) -> int:
-    """The index Anthropic gives ``messages[target]``: no system messages, and tool
-    results merged with the user turn around them."""
-    index, previous = -1, None
-    for message in messages[: target + 1]:
-        role = message.get("role")
-        if role in ("system", "developer"):
-            continue
-        kind = "user" if role in ("user", "tool") else role
-        if kind != previous:
-            index += 1
-        previous = kind
-    return index
-
-
-def openrouter_reasoning_details(body: Mapping[str, Any], context: RuleContext) -> Refusal | None:
-    """OpenRouter to Anthropic with reasoning: the last assistant message with tool calls
-    must start with its signed thinking block, i.e. carry ``reasoning_details`` with the
-    recorded ``reasoning.text`` (joined text and signature as streamed). OpenRouter wraps
-    Anthropic's error: ``Provider returned error`` with the raw body in ``metadata``. The
-    missing-thinking text is Anthropic's as publicly reported; the two signature texts
-    (missing, changed) follow Anthropic's validation-error form but are not confirmed."""
-    messages = _messages(body)
-    targets = [i for i, m in enumerate(messages) if _tool_calls(m)]
-    if not targets:
-        return None
-    index = _anthropic_index(messages, targets[-1])
-    recorded = next(
-        (
-            d
-            for d in (context.origin.passback or {}).get("reasoning_details", ())
-            if isinstance(d, Mapping) and d.get("type") == "reasoning.text"
-        ),
-        {},
-    )
-    details = messages[targets[-1]].get("reasoning_details")
-    texts = [
-        d
-        for d in (details if isinstance(details, list) else [])
-        if isinstance(d, Mapping) and d.get("type") == "reasoning.text"
-    ]
-    signatures = {d.get("signature") for d in texts} - {None, ""}
-    joined = "".join(str(d.get("text") or "") for d in texts)
-    if not texts:
-        message = ANTHROPIC_THINKING_FIRST.format(index=index)
-    elif not signatures:
-        message = f"messages.{index}.content.0.thinking.signature: Field required"
-    elif recorded.get("signature") not in signatures or joined != recorded.get("text"):
-        message = f"messages.{index}.content.0: Invalid `signature` in `thinking` block"
-    else:
-        return None
-    raw = {
-        "type": "error",
-        "error": {"type": "invalid_request_error", "message": message},
-        "request_id": "req_011CXRecordedLLM4gT7wYqN2b",
-    }
-    wrapped = {
-        "error": {
-            "message": "Provider returned error",
-            "code": 400,
-            "metadata": {
-                "raw": json.dumps(raw, separators=(",", ":")),
-                "provider_name": "Anthropic",
-            },
-        },
-        "user_id": "user_2zRecordedLLMReplayServer",
-    }
-    return Refusal(400, wrapped, message)
-
-
-def gemini_thought_signature(body: Mapping[str, Any], context: RuleContext) -> Refusal | None:
-    """Gemini's OpenAI-compatible endpoint: every assistant tool call must carry the
-    recorded ``extra_content.google.thought_signature``. Gemini's errors there are a JSON
-    list of error objects. The missing-signature text is Gemini's as publicly reported;
-    the changed-signature text ("Corrupted thought signature.") is not confirmed."""
-    expected = (context.origin.passback or {}).get("thought_signature")
-    for index, message in enumerate(_messages(body)):
-        for call in _tool_calls(message):
-            signature = _dig(call, "extra_content", "google", "thought_signature")
-            if not isinstance(signature, str) or not signature:
-                name = _dig(call, "function", "name")
-                text = GEMINI_MISSING_SIGNATURE.format(name=name, index=index)
-            elif signature != expected:
-                text = "Corrupted thought signature."
-            else:
-                continue
-            error = {"error": {"code": 400, "message": text, "status": "INVALID_ARGUMENT"}}
-            return Refusal(400, [error], text)
-    return None
-
-
-def responses_reasoning_items(body: Mapping[str, Any], context: RuleContext) -> Refusal | None:
-    """OpenAI Responses API for a zero-data-retention client: ``store`` must be false and
-    ``previous_response_id`` unused; reasoning items come back whole (their
-    ``encrypted_content``, as recorded), never by id alone; a ``function_call`` item must
-    follow the reasoning item that produced it."""
-    if body.get("previous_response_id"):
-        return _openai_error(
-            400,
-            "Previous response cannot be used for this organization due to Zero Data Retention.",
-            param="previous_response_id",
-        )
-    if body.get("store") is not False:
-        # The recordings are for a zero-data-retention organization; the text is ours.
-        return _openai_error(
-            400,
-            "Stored responses are not available for this organization (zero data "
-            "retention): set `store` to false.",
-            param="store",
-        )
-    raw = body.get("input")
-    items = [i for i in raw if isinstance(i, Mapping)] if isinstance(raw, list) else []
-    for item in items:
-        kind, item_id = item.get("type"), item.get("id")
-        encrypted = item.get("encrypted_content")
-        if kind == "item_reference" or (kind == "reasoning" and not encrypted):
-            return _openai_error(404, RESPONSES_ITEM_NOT_FOUND.format(id=item_id))
-        if kind == "reasoning" and encrypted not in context.encrypted:
-            return _openai_error(
-                400,
-                f"The encrypted content for item {item_id} could not be verified. "
-                "Reason: Encrypted content could not be decrypted or parsed.",
-                param=None,
-                code="invalid_encrypted_content",
-            )
-    recorded = _dig(context.origin.passback, "reasoning_item", "id") or "rs_"
-    item_ids = {c.get("id"): c.get("item_id") for c in context.origin.tool_calls}
-    for position, item in enumerate(items):
-        if item.get("type") != "function_call":
-            continue
-        before = position - 1
-        while before >= 0 and items[before].get("type") == "function_call":
-            before -= 1  # parallel calls share the reasoning item before the first one
-        previous = items[before] if before >= 0 else {}
-        if previous.get("type") == "reasoning" and previous.get("encrypted_content"):
-            continue
-        fc = item.get("id") or item_ids.get(item.get("call_id")) or "fc_"
-        return _openai_error(400, RESPONSES_MISSING_REASONING.format(fc=fc, rs=recorded))
-    return None
-
-
-RULES: Final[Mapping[str, Rule]] = {
-    "deepseek_reasoner_no_reasoning_input": deepseek_reasoner_no_reasoning_input,
-    "deepseek_v4_passback": deepseek_v4_passback,
-    "openrouter_reasoning_details": openrouter_reasoning_details,
-    "gemini_thought_signature": gemini_thought_signature,
-    "responses_reasoning_items": responses_reasoning_items,
-}
-"""Request rules by name (a manifest entry's ``rules``)."""
-
-
-def _encrypted_contents(value: Any) -> Iterator[str]:
-    """Every reasoning item's ``encrypted_content`` inside a parsed event."""
-    if isinstance(value, dict):
-        encrypted = value.get("encrypted_content")
-        if value.get("type") == "reasoning" and isinstance(encrypted, str):
-            yield encrypted
-        for child in value.values():
-            yield from _encrypted_contents(child)
-    elif isinstance(value, list):
-        for child in value:
-            yield from _encrypted_contents(child)
-
-
-def _drop_encrypted(value: Any) -> bool:
-    """Set every reasoning item's ``encrypted_content`` to None; True if any changed."""
-    changed = False
-    if isinstance(value, dict):
-        if value.get("type") == "reasoning" and value.get("encrypted_content") is not None:
-            value["encrypted_content"] = None
-            changed = True
-        for child in value.values():
-            changed = _drop_encrypted(child) or changed
-    elif isinstance(value, list):
-        for child in value:
-            changed = _drop_encrypted(child) or changed
-    return changed
-
-
-def _event_data(event: str) -> Any:
-    """The parsed ``data:`` of one SSE event (None if it has none)."""
-    for line in event.split("\n"):
-        if line.startswith("data: ") and line != "data: [DONE]":
-            return json.loads(line.removeprefix("data: "))
-    return None
-
-
-def _without_encrypted(event: str) -> str:
-    """The event with reasoning items' ``encrypted_content`` nulled (unchanged otherwise)."""
-    lines = event.split("\n")
-    for i, line in enumerate(lines):
-        if line.startswith("data: ") and line != "data: [DONE]":
-            data = json.loads(line.removeprefix("data: "))
-            if _drop_encrypted(data):
-                lines[i] = "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,7 +177,7 @@ class RecordedLLM:
         }
         # Responses streams as served without include=["reasoning.encrypted_content"].
         self._events_plain = {
-            name: [_without_encrypted(e) for e in self._events[name]]
+            name: [without_encrypted(e) for e in self._events[name]]
             for name, s in self.manifest.items()
             if s.api == "responses"
         }
@@ -615,7 +185,7 @@ class RecordedLLM:
             encrypted
             for name in self._events_plain
             for event in self._events[name]
-            for encrypted in _encrypted_contents(_event_data(event))
+            for encrypted in encrypted_contents(event_data(event))
         )
         self._origin = {
             name: next((s for s in self.manifest.values() if s.followup == name), spec)
@@ -726,7 +296,7 @@ class RecordedLLM:
     # -- HTTP -----------------------------------------------------------------------
 
     def _check_name(self, name: str) -> None:
-        if name not in _GENERATED and name not in self.manifest:
+        if name not in GENERATED and name not in self.manifest:
             raise ValueError(f"unknown recorded stream {name!r}")
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -767,7 +337,7 @@ class RecordedLLM:
         play = routed if routed is not None else self._choose(api, items)
         if play is None:
             return _error(400, f"no recorded {api} stream to answer with")
-        stream_api = "chat" if play.stream in _GENERATED else self.manifest[play.stream].api
+        stream_api = "chat" if play.stream in GENERATED else self.manifest[play.stream].api
         if stream_api != api:
             return _error(
                 400,
@@ -785,10 +355,10 @@ class RecordedLLM:
         hook = self.on_stream(body, play.stream) if self.on_stream is not None else None
         if play.stream == TOKEN_TURN:
             delay = self.chunk_delay if play.chunk_delay is None else play.chunk_delay
-            await self._paced(response, _turn_events(play.paragraphs), delay, hook)
+            await self._paced(response, turn_events(play.paragraphs), delay, hook)
             return response
         if play.stream == ENDLESS:
-            events: Iterator[str] = _endless_events(play.tokens_per_event)
+            events: Iterator[str] = endless_events(play.tokens_per_event)
             delay = self.endless_delay if play.chunk_delay is None else play.chunk_delay
         else:
             recorded = self._events[play.stream]
@@ -846,7 +416,7 @@ class RecordedLLM:
 
     def _check_rules(self, name: str, body: Mapping[str, Any]) -> Refusal | None:
         """The first provider rule of stream ``name`` that ``body`` breaks, recorded."""
-        if name in _GENERATED:
+        if name in GENERATED:
             return None
         spec = self.manifest[name]
         context = RuleContext(spec=spec, origin=self._origin[name], encrypted=self._encrypted)
@@ -866,14 +436,14 @@ class RecordedLLM:
             if name is None:
                 return None
             play = Play(name)
-        if _is_tool_result(api, items[-1]) and play.stream not in _GENERATED:
+        if _is_tool_result(api, items[-1]) and play.stream not in GENERATED:
             followup = self.manifest[play.stream].followup
             if followup is not None:
                 play = Play(followup, play.chunk_delay, play.tokens_per_event)
         return play
 
     def _default_stream(self, api: str, items: list[Any]) -> str | None:
-        default_api = "chat" if self.default == ROTATE or self.default in _GENERATED else None
+        default_api = "chat" if self.default == ROTATE or self.default in GENERATED else None
         if self.default in self.manifest:
             default_api = self.manifest[self.default].api
         if self.default != ROTATE and default_api == api:
@@ -945,55 +515,6 @@ def _text_of(content: Any) -> str:
 def _error(status: int, message: str) -> web.Response:
     body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
     return web.json_response(body, status=status)
-
-
-_TOKEN: Final = re.compile(r"\n+|[ ]?[^\s]+")
-
-
-def _endless_events(tokens_per_event: int) -> Iterator[str]:
-    """vLLM-shaped reasoning events, paragraph after paragraph, forever."""
-    head = {
-        "id": f"chatcmpl-endless{int(time.time() * 1000) % 10**8:08d}",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": "endless-reasoner",
-    }
-
-    def event(delta: dict[str, Any]) -> str:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        return "data: " + json.dumps({**head, "choices": [choice]}, separators=(",", ":"))
-
-    yield event({"role": "assistant", "content": ""})
-    batch: list[str] = []
-    for paragraph in itertools.cycle(_ENDLESS_PARAGRAPHS):
-        for token in [*_TOKEN.findall(paragraph), "\n\n"]:
-            batch.append(token)
-            if len(batch) >= tokens_per_event:
-                yield event({"reasoning": "".join(batch)})
-                batch = []
-
-
-def _turn_events(paragraphs: int) -> list[str]:
-    """The SSE events of one :data:`TOKEN_TURN`: one per token, as vLLM sends them."""
-    head = {
-        "id": f"chatcmpl-turn{time.monotonic_ns() % 10**12:012d}",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": "token-turn-reasoner",
-    }
-
-    def event(delta: dict[str, Any], finish: str | None = None) -> str:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return "data: " + json.dumps({**head, "choices": [choice]}, separators=(",", ":"))
-
-    events = [event({"role": "assistant", "content": ""})]
-    for k in range(paragraphs):
-        tokens = [*_TOKEN.findall(TURN_PARAGRAPHS[k % len(TURN_PARAGRAPHS)]), "\n\n"]
-        events.extend(event({"reasoning": token}) for token in tokens)
-    events.extend(event({"content": token}) for token in _TOKEN.findall(TURN_ANSWER))
-    events.append(event({}, "stop"))
-    events.append("data: [DONE]")
-    return events
 
 
 @contextlib.asynccontextmanager

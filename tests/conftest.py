@@ -1,19 +1,27 @@
-"""Fixtures shared by the whole suite: real livekit-server and real Postgres.
+"""Fixtures shared by the whole suite: real livekit-server and real Postgres, a module's
+recorded LLM, and a one-route chat server.
 
-Both are started once per session on free loopback ports and stopped at the end. The
-failover tests get a livekit-server of their own per module (``livekit``), posting its
+Both servers are started once per session on free loopback ports and stopped at the end.
+The failover tests get a livekit-server of their own per module (``livekit``), posting its
 webhooks to the watcher's port (``watch_port``).
 Nothing is skipped when a component is missing: the harness installs it or fails.
+A folder's own fixtures are in its ``conftest.py`` (``tests/engine`` has a fresh ``llm``
+per test, ``tests/e2e`` the module's ``worker``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import openai
 import pytest
+import pytest_asyncio
 
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.ports import free_port
+from alicia.harness.recorded_llm import RecordedLLM
+from tests.support.chat_server import TRANSPORTS, Handler, serving_chat
+from tests.support.recorded import recorded_llm_for
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +49,24 @@ def livekit(watch_port: int) -> Iterator[LiveKitServer]:
     """A livekit-server of the module's own, posting webhooks to the watcher's port."""
     with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
         yield server
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def llm(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[RecordedLLM]:
+    """One recorded-stream server for the module: the shared and the calculator streams,
+    unless the module sets ``LLM_STREAMS = "shared"``, with the module's ``LLM_OPTIONS``
+    (see :func:`tests.support.recorded.recorded_llm_for`)."""
+    async with recorded_llm_for(request.module, lambda: tmp_path_factory.mktemp("streams")) as s:
+        yield s
+
+
+@pytest_asyncio.fixture(params=TRANSPORTS)
+async def serve(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Callable[[Handler], Awaitable[openai.AsyncOpenAI]]]:
+    """Start a one-route HTTP server on 127.0.0.1; yields a function returning its client
+    (over the worker's aiohttp transport, and over the SDK's default one)."""
+    async with serving_chat(request.param) as start:
+        yield start

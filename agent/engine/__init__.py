@@ -20,5 +20,5 @@
   each turn's answer without its reasoning, for a front end's own conventions).
 
 Imports nothing from ``livekit``, no front end and no storage implementation (pinned by
-``tests/test_layers.py``).
+``tests/project/test_layers.py``).
 """

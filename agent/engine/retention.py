@@ -1,7 +1,7 @@
 """What one conversation keeps in memory per turn, and where that stops growing.
 
 Every store a conversation adds to on each turn is capped; past :data:`RETAINED_TURNS`
-turns its memory stays flat (``tests/test_retention.py``; ``bench/soak.py`` warms up to it
+turns its memory stays flat (``tests/engine/test_retention.py``; ``bench/soak.py`` warms up to it
 before it measures).
 """
 

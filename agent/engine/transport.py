@@ -4,7 +4,7 @@
 sees: ``send`` bytes to some participants, iterate incoming packets (and departures),
 ``aclose``. One envelope is one packet; the transport neither encodes nor decodes.
 Front ends implement it: ``alicia.agent.rooms.transport.RoomTransport`` on a LiveKit room;
-``tests/fakes.py`` has an in-memory one.
+``tests/support/fakes.py`` has an in-memory one.
 
 Exception tree::
 

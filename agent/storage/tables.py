@@ -1,7 +1,7 @@
 """SQLAlchemy 2 declarative models of the ``alicia_*`` tables (PROTOCOL.md §5).
 
 ``Base.metadata`` is Alembic's target; the migrations in ``migrations/versions`` create
-exactly these tables (``tests/test_migrations.py`` compares the two). The same schema
+exactly these tables (``tests/storage/test_migrations.py`` compares the two). The same schema
 runs on PostgreSQL (production, ``postgresql+asyncpg``) and SQLite (embedded,
 ``sqlite+aiosqlite``):
 

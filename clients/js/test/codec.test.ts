@@ -145,8 +145,8 @@ test("encoding is strict: literals, ranges, size", () => {
   assert.equal(MessageType.AssistantSentence, 16);
 });
 
-test("every client envelope of tests/interop/msgpackr.mjs (msgpackr's plain pack) decodes", () => {
-  const script = fileURLToPath(new URL("../../../tests/interop/msgpackr.mjs", import.meta.url));
+test("every client envelope of tests/protocol/msgpackr.mjs (msgpackr's plain pack) decodes", () => {
+  const script = fileURLToPath(new URL("../../../tests/protocol/msgpackr.mjs", import.meta.url));
   const out = execFileSync(process.execPath, [script, "pack"], { encoding: "utf8" });
   const { cases } = JSON.parse(out) as { cases: { name: string; hex: string }[] };
   assert.ok(cases.length >= 10);

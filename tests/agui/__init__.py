@@ -1,0 +1,1 @@
+"""Tests of the AG-UI endpoint (alicia.agent.agui) run as a process."""

@@ -1,0 +1,1 @@
+"""End to end: real worker processes, livekit-server, Postgres, browsers (helpers shared below)."""

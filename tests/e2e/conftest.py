@@ -1,0 +1,46 @@
+"""End to end: the module's worker process, a fresh script per test, the served manifest.
+
+The module's recorded LLM is ``llm`` (``tests/conftest.py``); the voice tests have a fresh
+one per test (``tests/e2e/voice/conftest.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
+from tests.e2e.worker import WorkerProcess, running_worker
+
+WORKER_ENV = {"ALICIA_STEP_MAX_DELAY": "0.2", "ALICIA_LOAD_THRESHOLD": "inf"}
+"""The module worker's settings unless the module sets its own ``WORKER_ENV``: steps cut
+after 0.2 s of silence, and no load limit (the machine is shared: never let CPU load make
+the worker refuse a room)."""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def worker(
+    request: pytest.FixtureRequest, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> AsyncIterator[WorkerProcess]:
+    """One worker process for the module, registered with the server, with the module's
+    ``WORKER_ENV`` (default: :data:`WORKER_ENV`)."""
+    env = getattr(request.module, "WORKER_ENV", WORKER_ENV)
+    async with running_worker(livekit_server, llm.base_url, env=env) as proc:
+        yield proc
+
+
+@pytest.fixture
+def fresh_script(llm: RecordedLLM) -> Iterator[None]:
+    """The module's ``llm`` with no script left by an earlier test (a module that shares
+    one worker uses it for every test: ``pytest.mark.usefixtures("fresh_script")``)."""
+    llm.reset()
+    yield
+
+
+@pytest.fixture(scope="module")
+def streams(llm: RecordedLLM) -> dict[str, StreamSpec]:
+    """The manifest the module's ``llm`` serves (shared and calculator streams)."""
+    return load_manifest(llm.streams_dir)

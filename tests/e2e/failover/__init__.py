@@ -1,0 +1,1 @@
+"""End to end failover: watcher, leases, workers killed, stopped and replaced."""

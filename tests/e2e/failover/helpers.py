@@ -1,0 +1,379 @@
+"""Failover test parts: the watcher as a process, and a client that follows the agent.
+
+:func:`running_watcher` starts ``python -m alicia.agent.watch`` (its webhook port is
+the one the test's livekit-server posts to). :class:`FollowingClient` is a protocol
+client in a real room that trusts only participants of kind AGENT, one at a time while
+it stays (the clients' ``AgentTrust``), keeps every envelope they send with its
+``stanzaId``, and when another agent takes over resumes with it
+(Configuration with ``lastSequenceSeen`` = the highest server stanza received), as the
+project's clients do. :func:`open_leases` and :func:`lease_keeper` open the lease table
+(and a process's lease keeper) on a test's database and release its connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from livekit import rtc
+
+from alicia.agent.rooms.failover import LeaseKeeper
+from alicia.agent.rooms.ffi_routing import route_room
+from alicia.agent.storage.leases import Leases
+from alicia.client.trust import AgentTrust
+from alicia.harness import LiveKitServer
+from alicia.harness.ports import port_open
+from alicia.harness.recorded_llm import Play, RecordedLLM
+from alicia.protocol import (
+    DATA_TOPIC,
+    AssistantMessage,
+    AssistantSentence,
+    Body,
+    Configuration,
+    Envelope,
+    ErrorMessage,
+    ReasoningStep,
+    StanzaCounter,
+    UserMessage,
+    decode,
+    encode,
+    envelope,
+    new_id,
+)
+from tests.paths import ROOT
+from tests.support.db import fetch
+
+__all__ = [
+    "FollowingClient",
+    "WatcherProcess",
+    "following_client",
+    "lease_keeper",
+    "logged_for",
+    "open_leases",
+    "rooms_mid_turn",
+    "running_watcher",
+    "worker_env",
+]
+
+AGENT = rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
+
+
+def worker_env(url: str, **extra: str) -> dict[str, str]:
+    """A failover worker's environment on the database ``url`` (explicit dispatch under
+    ``alicia``, the thread job executor), with ``extra`` on top."""
+    return {
+        "DATABASE_URL": url,
+        "ALICIA_FAILOVER": "true",
+        "ALICIA_AGENT_NAME": "alicia",
+        "ALICIA_JOB_EXECUTOR": "thread",
+        "ALICIA_LOAD_THRESHOLD": "inf",
+        **extra,
+    }
+
+
+@contextlib.asynccontextmanager
+async def open_leases(url: str) -> AsyncIterator[Leases]:
+    """The lease table on the database ``url``; its connections released on the way out."""
+    leases = Leases(url)
+    try:
+        yield leases
+    finally:
+        await leases.aclose()
+
+
+@contextlib.asynccontextmanager
+async def lease_keeper(
+    url: str, *, interval_s: float = 0.1, timeout_s: float = 0.5
+) -> AsyncIterator[LeaseKeeper]:
+    """A process's lease keeper on ``url`` (heartbeats every ``interval_s``, leases stale
+    after ``timeout_s``); its lease table's connections released on the way out."""
+    keeper = LeaseKeeper(url, interval_s=interval_s, timeout_s=timeout_s)
+    try:
+        yield keeper
+    finally:
+        await keeper.leases.aclose()
+
+
+@dataclass
+class WatcherProcess:
+    """A started watcher."""
+
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    def log(self, tail: int = 8000) -> str:
+        """The end of the watcher's log."""
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+@contextlib.asynccontextmanager
+async def running_watcher(
+    server: LiveKitServer, database_url: str, *, port: int, env: Mapping[str, str] | None = None
+) -> AsyncIterator[WatcherProcess]:
+    """``python -m alicia.agent.watch`` on ``port`` for ``server``'s rooms; healthy."""
+    full_env = {
+        **os.environ,
+        **server.env(),
+        "DATABASE_URL": database_url,
+        "ALICIA_AGENT_NAME": "alicia",
+        "ALICIA_WATCH_PORT": str(port),
+        "ALICIA_WATCH_POLL": "2",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    with tempfile.TemporaryDirectory(prefix="alicia-watch-") as tmp:
+        log_path = Path(tmp) / "watch.log"
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "alicia.agent.watch", env=full_env, cwd=str(ROOT),
+                stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        watcher = WatcherProcess(proc, log_path)
+        try:
+            if not await port_open(port) or proc.returncode is not None:
+                raise RuntimeError(f"the watcher did not start:\n{watcher.log()}")
+            yield watcher
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 10)
+                except TimeoutError:
+                    watcher.kill()
+                    await proc.wait()
+
+
+class FollowingClient:
+    """A protocol client that follows the room's agent (see the module docstring)."""
+
+    def __init__(self, room: rtc.Room, conversation_id: str) -> None:
+        self.room = room
+        self.conversation_id = conversation_id
+        self.counter = StanzaCounter("client")
+        self.box: list[Envelope[Any]] = []
+        """Every server envelope received, in arrival order (duplicates included)."""
+        self.agent = ""
+        self.agents: list[tuple[str, float]] = []
+        """(identity, time.monotonic() it was first trusted) of each agent followed."""
+        self.resumed: list[float] = []
+        """time.monotonic() when each resume was answered."""
+        self.heard: list[tuple[str, float, bytes]] = []
+        """(sender, time.monotonic(), bytes) of every packet any agent sent it."""
+        self._trust = AgentTrust(agent_name=None, expected_identity=None)
+        self._event = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        room.on("data_received", self._on_data)
+        room.on("participant_connected", self._on_participant)
+        room.on("participant_disconnected", self._on_left)
+        for p in room.remote_participants.values():
+            self._on_participant(p)
+
+    @property
+    def highest(self) -> int:
+        """The highest ``|stanzaId|`` received from an agent."""
+        return max((-e.stanza_id for e in self.box), default=0)
+
+    def _on_participant(self, participant: rtc.RemoteParticipant) -> None:
+        # The clients' rule (alicia.client.trust): trust stays with the agent while it is in
+        # the room, so an old agent that rejoins for a moment (woken after a stall, before
+        # it finds itself fenced) is not followed.
+        if self._trust.offer(participant, self.room.remote_participants):
+            self._follow(participant)
+
+    def _on_left(self, participant: rtc.RemoteParticipant) -> None:
+        present = self.room.remote_participants
+        if self._trust.leave(present) and (found := self._trust.successor(present)) is not None:
+            self._follow(found)
+
+    def _follow(self, participant: rtc.RemoteParticipant) -> None:
+        """Trust moved to ``participant``: resume with it unless it is the first agent."""
+        if participant.identity == self.agent:
+            return
+        first = not self.agent
+        self.agent = participant.identity
+        self.agents.append((participant.identity, time.monotonic()))
+        self._event.set()
+        if not first:  # a new agent took over: resume with it
+            task = asyncio.get_running_loop().create_task(self._resume())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _on_data(self, packet: rtc.DataPacket) -> None:
+        sender = packet.participant
+        if packet.topic != DATA_TOPIC or sender is None or sender.kind != AGENT:
+            return
+        self.heard.append((sender.identity, time.monotonic(), bytes(packet.data)))
+        if sender.identity != self.agent:
+            self._on_participant(sender)  # followed only if ours is no longer here
+        env = decode(packet.data)
+        if env.stanza_id < 0:
+            self.box.append(env)
+            self._event.set()
+
+    async def _resume(self) -> None:
+        seen = self.highest
+        # The first packets to a new agent can be lost before its link is up: repeat soon,
+        # then less often (the agent answers a repeated resume without replaying twice).
+        for wait in (0.5, 0.5, 1.0, 2.0, 3.0, 3.0, 3.0, 3.0):
+            await self.send(
+                Configuration(
+                    conversation_id=self.conversation_id,
+                    last_sequence_seen=seen,
+                    features=["reasoning_step_display", "streaming"],
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(Configuration, within=wait, after=seen)
+                self.resumed.append(time.monotonic())
+                return
+
+    async def wait_for_agent(self, within: float = 30.0) -> None:
+        async with asyncio.timeout(within):
+            while not self.agent:
+                self._event.clear()
+                await self._event.wait()
+
+    async def send(self, body: Body) -> int:
+        """Send ``body`` to the current agent; its stanzaId."""
+        stanza = self.counter.next()
+        env = envelope(body, stanza_id=stanza, conversation_id=self.conversation_id)
+        await self.room.local_participant.publish_data(
+            encode(env), reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
+        )
+        return stanza
+
+    async def handshake(self) -> None:
+        for _ in range(15):
+            await self.send(Configuration(features=["reasoning_step_display", "streaming"]))
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(Configuration, within=1.0)
+                return
+        raise TimeoutError("no Configuration reply")
+
+    async def ask(self, text: str) -> str:
+        """Send a UserMessage; its id."""
+        message = UserMessage(id=new_id("msg"), conversation_id=self.conversation_id, content=text)
+        await self.send(message)
+        return message.id
+
+    async def wait_for(
+        self, kind: type[Any], within: float = 30.0, after: int = 0, **match: Any
+    ) -> Any:
+        """The first ``kind`` body received with ``|stanzaId| > after`` matching ``match``."""
+        async with asyncio.timeout(within):
+            while True:
+                for env in self.box:
+                    body = env.body
+                    if (
+                        -env.stanza_id > after
+                        and isinstance(body, kind)
+                        and all(getattr(body, k) == v for k, v in match.items())
+                    ):
+                        return body
+                self._event.clear()
+                await self._event.wait()
+
+    async def wait_turn_end(self, user_id: str, within: float = 60.0) -> None:
+        """Until the turn of ``user_id`` is closed (final sentence, answer or error)."""
+        async with asyncio.timeout(within):
+            while not self.turn_ended(user_id):
+                self._event.clear()
+                await self._event.wait()
+
+    def turn_ended(self, user_id: str) -> bool:
+        """The turn of ``user_id`` got its final sentence, its AssistantMessage or an error."""
+        answers = {
+            e.body.id
+            for e in self.box
+            if isinstance(e.body, AssistantMessage) and e.body.previous_id == user_id
+        }
+        starts = {
+            e.body.id
+            for e in self.box
+            if type(e.body).__name__ == "StartAnswer" and e.body.previous_id == user_id
+        }
+        for e in self.box:
+            b = e.body
+            if isinstance(b, AssistantSentence) and b.previous_id in starts and b.is_final:
+                return True
+            if isinstance(b, ErrorMessage) and b.originating_id == user_id:
+                return True
+        return bool(answers)
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e.body for e in self.box if isinstance(e.body, kind)]
+
+    def steps(self) -> list[ReasoningStep]:
+        return self.of(ReasoningStep)
+
+
+@contextlib.asynccontextmanager
+async def following_client(
+    server: LiveKitServer, room: str, identity: str, attributes: dict[str, str] | None = None
+) -> AsyncIterator[FollowingClient]:
+    """A :class:`FollowingClient` joined to ``room`` (its agent not yet awaited);
+    ``attributes``: its token's (default: the debugging grant, full reasoning)."""
+    r = rtc.Room()
+    await r.connect(server.url, server.token(identity, room, attributes=attributes))
+    route_room(r)  # many rooms in one process: each gets only its own events
+    try:
+        yield FollowingClient(r, room)
+    finally:
+        await r.disconnect()
+
+
+async def logged_for(url: str, room: str, identity: str, level: str) -> list[int]:
+    """The logged server stanzas a client of ``identity`` and ``level`` should hold."""
+    rows = await fetch(
+        url,
+        "SELECT stanza, recipients, level FROM alicia_sent_log "
+        f"WHERE conversation_id = '{room}' ORDER BY stanza",
+    )
+    return [
+        r["stanza"]
+        for r in rows
+        if (r["recipients"] is None or identity in r["recipients"])
+        and (r["level"] is None or r["level"] == level)
+    ]
+
+
+async def rooms_mid_turn(
+    livekit: LiveKitServer,
+    llm: RecordedLLM,
+    stack: contextlib.AsyncExitStack,
+    n: int,
+    stream: str,
+) -> list[tuple[str, FollowingClient, str]]:
+    """``n`` rooms, each with a client whose question (recorded ``stream``, slowed
+    down) is being answered: a step in. (room, client, user message id) each."""
+    spec = llm.spec(stream)
+    out = []
+    for i in range(n):
+        room = new_id("conv")
+        client = await stack.enter_async_context(following_client(livekit, room, f"user{i}"))
+        out.append((room, client, ""))
+    for _, client, _ in out:
+        await client.wait_for_agent(30)
+        await client.handshake()
+    llm.script(*[Play(stream, chunk_delay=0.1)] * n)  # about 35 s: still running at the kill
+    asked = []
+    for room, client, _ in out:
+        asked.append((room, client, await client.ask(spec.user)))
+    for _, client, _ in asked:
+        await client.wait_for(ReasoningStep, within=30)
+    return asked

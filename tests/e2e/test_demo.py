@@ -1,0 +1,122 @@
+"""``python -m alicia.demo`` end to end: livekit-server, worker, demo model, CLI, SQLite, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alicia.harness.recorded_llm import DEFAULT_STREAM, RecordedLLM, load_manifest
+from tests.paths import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def test_demo_streams_reasoning_answers_and_prints_analytics(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LLM_BASE_URL", "DATABASE_URL")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "XDG_DATA_HOME": str(tmp_path / "xdg")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "alicia.demo", "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = proc.stdout
+    log = tmp_path / "data" / "worker.log"
+    worker_log = log.read_text()[-3000:] if log.exists() else ""
+    assert proc.returncode == 0, f"{out}\n{proc.stderr}\n{worker_log}"
+    spec = load_manifest()[DEFAULT_STREAM]
+    assert "demo model" in out and "LLM_BASE_URL is not set" in out
+    steps = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("▸ step")]
+    assert steps == [f"▸ step {i}: {text}" for i, text in enumerate(spec.steps, start=1)]
+    assert f"alicia > {spec.answer}" in out
+    i_steps = out.index("▸ step 1:")
+    i_answer = out.index("alicia > ")
+    i_stats = out.index("Analytics from storage")
+    assert i_steps < i_answer < i_stats
+    stats = out[i_stats:]
+    assert "alicia-demo-recorded" in stats and "completed" in stats
+    assert "Demo finished" in out
+    assert (tmp_path / "data" / "alicia-demo.db").stat().st_size > 0
+
+
+def test_demo_refuses_an_llm_url_without_a_model(tmp_path: Path) -> None:
+    env = {**os.environ, "LLM_BASE_URL": "http://127.0.0.1:9/v1", "LLM_MODEL": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "alicia.demo", "--data-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "LLM_MODEL is not" in proc.stderr
+
+
+async def test_demo_uses_the_endpoint_named_by_llm_base_url(tmp_path: Path) -> None:
+    # Any OpenAI-compatible endpoint will do; this one replays recordings over real HTTP.
+    async with RecordedLLM() as llm:
+        spec = llm.spec("vllm_reasoning_both_fields")
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        env.update(
+            {"LLM_BASE_URL": llm.base_url, "LLM_MODEL": "qwen3:8b", "NO_COLOR": "1"},
+        )
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "alicia.demo",
+            "--data-dir",
+            str(tmp_path),
+            "--question",
+            spec.user,
+            cwd=ROOT,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        raw_out, raw_err = await asyncio.wait_for(proc.communicate(), 240)
+        requests = list(llm.requests)
+        base_url = llm.base_url
+    out = raw_out.decode()
+    assert proc.returncode == 0, f"{out}\n{raw_err.decode()}"
+    assert "demo model" not in out
+    assert f"qwen3:8b at {base_url} (from LLM_BASE_URL)" in out
+    assert out.count("▸ step") == len(spec.steps)
+    assert f"alicia > {spec.answer}" in out
+    assert requests and all(r["model"] == "qwen3:8b" for r in requests)
+    assert "qwen3:8b" in out[out.index("Analytics from storage") :]
+
+
+async def test_demo_voice_asks_by_voice_and_records_the_spoken_answer(tmp_path: Path) -> None:
+    """``./scripts/demo --voice`` as the README shows it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "LLM_BASE_URL")}
+    env.update({"NO_COLOR": "1", "COLUMNS": "200", "XDG_DATA_HOME": str(tmp_path)})
+    proc = await asyncio.create_subprocess_exec(
+        str(ROOT / "scripts" / "demo"),
+        "--voice",
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    raw_out, raw_err = await asyncio.wait_for(proc.communicate(), 300)
+    out = raw_out.decode()
+    assert proc.returncode == 0, f"{out}\n{raw_err.decode()[-3000:]}"
+    assert "you (heard) >" in out
+    question = out.split("you (heard) >")[1].splitlines()[0]
+    assert {"sleep", "adult"} & set(question.split()), question  # one content word suffices
+    assert out.count("▸ step") >= 2
+    data = tmp_path / "alicia-reasoning"
+    assert (data / "question.wav").stat().st_size > 10_000
+    assert (data / "answer.wav").stat().st_size > 100_000
+    assert str(data / "answer.wav") in out
+    heard = out.split("pocketsphinx hears:")[1].splitlines()[0]
+    assert len({"adults", "seven", "nine", "hours", "sleep"} & set(heard.split())) >= 3, heard
+    assert "common guidance" not in heard

@@ -1,0 +1,1 @@
+"""End to end voice: AgentSession apps and voice workers with real offline speech."""

@@ -1,0 +1,182 @@
+"""The whole voice loop with real offline speech, through the real worker and livekit-server.
+
+The worker runs as ``python -m alicia.agent start`` with ``ALICIA_VOICE=offline``: an
+AgentSession with Silero VAD, pocketsphinx, AliciaLLM (recorded provider stream over real
+HTTP) and espeak-ng, with the reasoning bridge. A client speaks an espeak-ng question
+into the room as a microphone track; the agent transcribes it (Transcription), streams
+ReasoningSteps and speaks the answer. The client records the answer's audio frames and
+transcribes them with pocketsphinx: the answer's key words are there, and keyword
+spotting hears none of the reasoning's canary phrases (it does hear them when they are
+spoken, so the check can fail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.harness.speech import (
+    ROOM_RATE,
+    AudioRecorder,
+    Microphone,
+    publish_speech,
+    speak,
+    spotted,
+    transcribe,
+)
+from alicia.protocol import (
+    AssistantMessage,
+    AssistantSentence,
+    Configuration,
+    ControlStop,
+    ReasoningStep,
+    StartAnswer,
+    Transcription,
+    new_id,
+)
+from tests.e2e.worker import WorkerProcess, running_worker
+from tests.support.livekit_rooms import ProtocolClient, joined
+
+pytestmark = pytest.mark.integration
+
+SHAPE = "openrouter_gpt5_summary"
+"""An answer pocketsphinx hears well (SPEECH.md), reasoning with phrases of its own."""
+CANARIES = ("common guidance", "individual variation", "regular schedule")
+"""Phrases of the recorded reasoning that the answer never says."""
+KEY_WORDS = {"adults", "seven", "nine", "hours", "sleep", "bedtime"}
+QUESTION_WORDS = {"sleep", "adult"}
+"""Content words of the question ("How much sleep does an adult need?")."""
+
+
+@pytest_asyncio.fixture
+async def voice_worker(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> AsyncIterator[WorkerProcess]:
+    env = {"ALICIA_VOICE": "offline", "ALICIA_REASONING_VISIBILITY": "none"}
+    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+        yield w
+
+
+async def quiet_after(recorder: AudioRecorder, since: float, *, quiet_s: float = 2.0) -> None:
+    """Wait until the agent's audio has been silent for ``quiet_s`` (60 s at most)."""
+    async with asyncio.timeout(60):
+        while True:
+            loud = [
+                at
+                for at, s in recorder.frames
+                if at > since and np.sqrt((s.astype(np.float64) ** 2).mean()) > 300
+            ]
+            if loud and time.monotonic() - loud[-1] > quiet_s:
+                return
+            await asyncio.sleep(0.2)
+
+
+async def test_a_spoken_question_gets_steps_and_a_spoken_answer_without_reasoning(
+    livekit_server: LiveKitServer, llm: RecordedLLM, voice_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    room = f"voice-{new_id('r')}"
+    question, rate = speak(spec.user)
+    async with joined(livekit_server, room, "alice") as r:
+        recorder = AudioRecorder(r)
+        client = ProtocolClient(r, room)
+        await client.wait_for_agent()
+        await client.handshake()
+        spoken_at = time.monotonic()
+        await publish_speech(r, question, rate)
+        transcript = await client.wait_for(Transcription, within=60.0)
+        await client.wait_for(AssistantSentence, within=90.0, is_final=True)
+        await quiet_after(recorder, spoken_at)
+        await recorder.aclose()
+    # The question as pocketsphinx heard it: one of its content words is enough (it hears
+    # about 0.85 of them in synthetic speech through livekit-server).
+    assert transcript.final, transcript
+    assert QUESTION_WORDS & set(transcript.text.lower().split()), transcript.text
+    steps = client.of(ReasoningStep)
+    assert [s.content for s in steps] == list(spec.steps), voice_worker.log()
+    assert {s.previous_id for s in steps} == {transcript.id}
+    (start,) = client.of(StartAnswer)
+    assert start.previous_id == transcript.id and start.answer_type == "text+voice"
+    sentences = client.of(AssistantSentence)
+    assert " ".join(s.text for s in sentences if s.text).split() == spec.answer.split()
+    # What the client heard: the answer, and none of the reasoning.
+    answer_audio = recorder.pcm()
+    heard = transcribe(answer_audio, ROOM_RATE)
+    found = KEY_WORDS & set(heard.split())
+    assert len(found) >= 4, heard
+    for canary in CANARIES:
+        assert canary in " ".join(spec.steps)
+        assert canary not in spec.answer
+        assert not spotted(answer_audio, ROOM_RATE, canary), (canary, heard)
+    reasoning_audio, reasoning_rate = speak(" ".join(spec.steps))
+    assert all(spotted(reasoning_audio, reasoning_rate, c) for c in CANARIES)
+
+
+async def test_an_authorised_stop_interrupts_the_speech_and_closes_the_answer(
+    livekit_server: LiveKitServer, llm: RecordedLLM, voice_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    room = f"voice-stop-{new_id('r')}"
+    question, rate = speak(spec.user)
+    async with joined(livekit_server, room, "alice") as r:
+        recorder = AudioRecorder(r)
+        client = ProtocolClient(r, room)
+        await client.wait_for_agent()
+        await client.handshake()
+        spoken_at = time.monotonic()
+        await publish_speech(r, question, rate)
+        transcript = await client.wait_for(Transcription, within=60.0)
+        start = await client.wait_for(StartAnswer, within=60.0)
+        async with asyncio.timeout(30):  # the answer is being spoken
+            while recorder.first_sound_at(after=spoken_at + len(question) / rate) is None:
+                await asyncio.sleep(0.1)
+        await client.send(ControlStop(conversation_id=room, target_id=start.id, stop_type="all"))
+        final = await client.wait_for(AssistantSentence, within=30.0, is_final=True)
+        await quiet_after(recorder, spoken_at, quiet_s=1.5)
+        await recorder.aclose()
+    assert start.previous_id == transcript.id and final.previous_id == start.id
+    # Stopped early: far less audio than the whole answer (about 13 s of speech).
+    answer_frames = [at for at, _ in recorder.frames if at > spoken_at + len(question) / rate]
+    whole, _ = speak(spec.answer)
+    assert len(answer_frames) / 100 < 0.7 * len(whole) / rate
+
+
+async def test_speaking_over_the_answer_interrupts_it_and_closes_it_as_partial(
+    livekit_server: LiveKitServer, llm: RecordedLLM, voice_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    room = f"voice-barge-{new_id('r')}"
+    question, rate = speak(spec.user)
+    interruption, irate = speak("Wait, wait, that is enough for now.")
+    async with joined(livekit_server, room, "alice") as r:
+        recorder = AudioRecorder(r)
+        client = ProtocolClient(r, room)  # takes whole AssistantMessages, not streams
+        await client.wait_for_agent()
+        await client.send(Configuration(features=["reasoning_step_display"]))
+        await client.wait_for(Configuration, within=10.0)
+        mic = Microphone(r)
+        await mic.start()
+        asked_at = await mic.say(question, rate)
+        transcript = await client.wait_for(Transcription, within=60.0)
+        async with asyncio.timeout(60):  # the answer is being spoken
+            while recorder.first_sound_at(after=asked_at + 0.5) is None:
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)
+        await mic.say(interruption, irate)
+        message = await client.wait_for(AssistantMessage, within=30.0)
+        await recorder.aclose()
+    assert message.previous_id == transcript.id
+    assert message.state == "partial"
+    assert message.content and len(message.content) < len(spec.answer)
+    assert spec.answer.startswith(message.content.split(".")[0])
+    assert client.of(StartAnswer) == [] and client.of(AssistantSentence) == []

@@ -1,0 +1,111 @@
+"""Run the real worker (``python -m alicia.agent start``) as a subprocess, for tests and benchmarks.
+
+:func:`running_worker` starts it against a :class:`alicia.harness.LiveKitServer` and an LLM
+base URL, waits until it has registered with the server (its log says
+``registered worker``; rooms created before that get no agent), and on exit stops it
+with SIGTERM (SIGKILL after a grace period). The worker's log goes to a file whose
+tail is attached to failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from alicia.harness import LiveKitServer
+from tests.paths import ROOT
+
+__all__ = ["NO_LOAD_LIMIT", "WorkerProcess", "running_worker"]
+
+# The machine is busy (chromium, other tests): a worker that reports itself full when the
+# room is created is never dispatched to it.
+NO_LOAD_LIMIT = {"ALICIA_LOAD_THRESHOLD": "inf"}
+
+
+@dataclass
+class WorkerProcess:
+    """A started worker: its process and log file."""
+
+    proc: asyncio.subprocess.Process
+    log_path: Path
+
+    def log(self, tail: int = 6000) -> str:
+        """The end of the worker's log."""
+        return self.log_path.read_text(errors="replace")[-tail:]
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    server: LiveKitServer,
+    llm_base_url: str,
+    *,
+    mode: str = "start",
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 60.0,
+    log_level: str = "info",
+) -> AsyncIterator[WorkerProcess]:
+    """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL``; registered."""
+    full_env = {
+        **os.environ,
+        **server.env(),
+        "LLM_BASE_URL": llm_base_url,
+        "LLM_MODEL": "recorded-model",
+        "LLM_API_KEY": "test",
+        "ALICIA_HTTP_PORT": "0",
+        "PYTHONPATH": str(ROOT),
+        # Load = rooms served / 50, not the machine's CPU use: livekit-server picks a
+        # worker by (1 - load) and skips one at load >= 1, so on a busy test machine
+        # (chromium starting, other tests) a CPU-based load drops rooms with no agent.
+        "ALICIA_MAX_ROOMS": "50",
+        **(env or {}),
+    }
+    if env is None or "DATABASE_URL" not in env:
+        full_env.pop("DATABASE_URL", None)  # persistence off unless asked for
+    with tempfile.TemporaryDirectory(prefix="alicia-worker-") as tmp:
+        log_path = Path(tmp) / "worker.log"
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "alicia.agent",
+                mode,
+                "--log-level",
+                log_level,
+                *(["--drain-timeout", "2"] if mode == "start" else []),
+                env=full_env,
+                cwd=str(ROOT),
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        worker = WorkerProcess(proc, log_path)
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while "registered worker" not in log_path.read_text(errors="replace"):
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"worker did not register:\n{worker.log()}")
+                await asyncio.sleep(0.05)
+            yield worker
+        finally:
+            await _stop(proc)
+
+
+async def _stop(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()

@@ -1,0 +1,1 @@
+"""Tests of the engine (alicia.agent.engine): turns, conversations, visibility, sealing, tools."""

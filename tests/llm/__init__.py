@@ -1,0 +1,1 @@
+"""Tests of the LLM layer (alicia.agent.llm): streams, reasoning, segmenting, providers."""

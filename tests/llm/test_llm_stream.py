@@ -1,0 +1,220 @@
+"""alicia.agent.llm.stream: the SSE decoder over any byte split, stream errors over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from typing import Any
+
+import openai
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+
+from alicia.agent.llm.stream import SSEDecoder, stream_deltas
+from tests.support.chat_server import Handler, body_handler, chunk, sse
+
+BODY = (
+    b": keep-alive comment\n\n"
+    b'data: {"choices":[{"delta":{"reasoning_content":"a"}}]}\n\n'
+    b"event: message\r\n"
+    b'data: {"choices":[{"delta":\r\n'
+    b'data: {"content":"b"}}]}\r\n\r\n'
+    b"id: 7\nretry: 10\n\n"
+    b'data:{"choices":[]}\r\r'
+    b"data: [DONE]\n\n"
+)
+EVENTS = [
+    ("", '{"choices":[{"delta":{"reasoning_content":"a"}}]}'),
+    ("message", '{"choices":[{"delta":\n{"content":"b"}}]}'),
+    ("", '{"choices":[]}'),
+    ("", "[DONE]"),
+]
+
+
+def decode_all(parts: list[bytes]) -> list[tuple[str, str]]:
+    decoder = SSEDecoder()
+    return [event for part in parts for event in decoder.feed(part)]
+
+
+def test_events_comments_multiline_data_and_every_line_ending() -> None:
+    assert decode_all([BODY]) == EVENTS
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(BODY)), max_size=12))
+def test_any_split_of_the_body_gives_the_same_events(cuts: list[int]) -> None:
+    points = sorted(set(cuts))
+    parts = [BODY[a:b] for a, b in zip([0, *points], [*points, len(BODY)], strict=True)]
+    assert decode_all(parts) == EVENTS
+
+
+# -- over real HTTP, through the real openai client ---------------------------------------
+# (``serve``: tests/conftest.py, once per HTTP transport)
+
+
+async def collect(llm: openai.AsyncOpenAI) -> list[dict[str, Any]]:
+    return [d async for d in stream_deltas(llm, model="m", messages=[])]
+
+
+async def test_deltas_in_order_usage_chunks_skipped_nothing_after_done(serve: Any) -> None:
+    usage = {"object": "chat.completion.chunk", "choices": [], "usage": {"total_tokens": 3}}
+    body = sse(chunk(reasoning="r"), usage, chunk(content="x")) + sse(chunk(content="late"))
+    llm = await serve(body_handler(body))
+    assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
+
+
+async def test_an_error_object_mid_stream_is_an_api_error(serve: Any) -> None:
+    body = sse(chunk(content="x"), {"error": {"message": "overloaded", "code": 529}})
+    llm = await serve(body_handler(body))
+    seen: list[dict[str, Any]] = []
+    with pytest.raises(openai.APIError, match="overloaded") as caught:
+        async for delta in stream_deltas(llm, model="m", messages=[]):
+            seen.append(delta)
+    assert seen == [{"content": "x"}]
+    assert caught.value.body == {"message": "overloaded", "code": 529}
+
+
+async def test_malformed_json_is_an_api_error(serve: Any) -> None:
+    llm = await serve(body_handler(b"data: {not json\n\n"))
+    with pytest.raises(openai.APIError, match="malformed stream chunk"):
+        await collect(llm)
+
+
+async def test_an_http_error_status_is_the_sdks_status_error(serve: Any) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "no such model"}}, status=404)
+
+    llm = await serve(handle)
+    with pytest.raises(openai.NotFoundError):
+        await collect(llm)
+
+
+async def test_a_connection_cut_mid_stream_is_a_connection_error(serve: Any) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response.content_length = 10_000  # promise more than is sent, then drop the socket
+        await response.prepare(request)
+        await response.write(sse(chunk(content="x"), done=False))
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    llm = await serve(handle)
+    with pytest.raises(openai.APIConnectionError):
+        await collect(llm)
+
+
+def paced_handler(pieces: list[bytes], gaps: list[float], head_delay: float = 0.0) -> Handler:
+    """Waits ``head_delay``, then writes each piece after its gap."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(head_delay)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for piece, gap in zip(pieces, gaps, strict=True):
+            await asyncio.sleep(gap)
+            await response.write(piece)
+        await response.write_eof()
+        return response
+
+    return handle
+
+
+TOKENS = [sse(chunk(content=f"t{i} "), done=False) for i in range(8)] + [b"data: [DONE]\n\n"]
+
+
+async def test_a_stream_silent_longer_than_the_read_timeout_times_out(serve: Any) -> None:
+    gaps = [0.0, 2.0] + [0.0] * (len(TOKENS) - 2)
+    llm = (await serve(paced_handler(TOKENS, gaps))).with_options(timeout=0.3)
+    seen: list[dict[str, Any]] = []
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(openai.APITimeoutError):
+        async for delta in stream_deltas(llm, model="m", messages=[]):
+            seen.append(delta)
+    assert seen == [{"content": "t0 "}]
+    assert asyncio.get_running_loop().time() - started < 1.5
+
+
+async def test_no_response_within_the_read_timeout_times_out(serve: Any) -> None:
+    llm = await serve(paced_handler(TOKENS, [0.0] * len(TOKENS), head_delay=2.0))
+    with pytest.raises(openai.APITimeoutError):  # the request's own timeout, too
+        await collect_with(llm, timeout=0.3)
+
+
+async def test_the_read_timeout_is_per_read_not_for_the_whole_stream(serve: Any) -> None:
+    llm = (await serve(paced_handler(TOKENS, [0.1] * len(TOKENS)))).with_options(timeout=0.3)
+    deltas = await collect(llm)  # 0.9 s in all, no read waits 0.3 s
+    assert "".join(d["content"] for d in deltas) == "".join(f"t{i} " for i in range(8))
+
+
+async def test_a_slow_reader_is_not_a_silent_stream(serve: Any) -> None:
+    llm = (await serve(body_handler(b"".join(TOKENS)))).with_options(timeout=0.2)
+    seen = []
+    async for delta in stream_deltas(llm, model="m", messages=[]):
+        seen.append(delta)
+        await asyncio.sleep(0.1)  # 0.8 s spent here, not waiting for the server
+    assert len(seen) == 8
+
+
+async def test_a_compressed_body_is_decoded(serve: Any) -> None:
+    body = sse(chunk(reasoning="r"), chunk(content="x"))
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+        )
+        await response.prepare(request)
+        await response.write(gzip.compress(body))
+        await response.write_eof()
+        return response
+
+    llm = await serve(handle)
+    assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
+
+
+async def collect_with(llm: openai.AsyncOpenAI, **params: Any) -> list[dict[str, Any]]:
+    return [d async for d in stream_deltas(llm, model="m", messages=[], **params)]
+
+
+async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> None:
+    """messages, tools and input go through extra_body (the SDK's request transform walks
+    them slowly and changes nothing): the body received is the same JSON as the SDK's."""
+    bodies: list[Any] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        return await body_handler(sse(chunk(content="x")))(request)
+
+    llm = await serve(handle)
+    messages: list[Any] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": [{"type": "text", "text": "q"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "kept",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": "{}"},
+                    "extra_content": {"google": {"thought_signature": "sig"}},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "1"},
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    params: dict[str, Any] = {
+        "model": "m",
+        "messages": messages,
+        "tools": tools,
+        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+    }
+    assert [d async for d in stream_deltas(llm, **params)] == [{"content": "x"}]
+    async with llm.chat.completions.with_streaming_response.create(stream=True, **params) as r:
+        await r.read()
+    ours, sdks = bodies
+    assert ours == sdks
+    assert ours["messages"] == messages

@@ -1,0 +1,1 @@
+"""Tests of the Alicia protocol (alicia.protocol): codec, envelopes, ids, stanzas, steps."""

@@ -1,0 +1,1 @@
+"""Tests of storage (alicia.agent.storage) and the exports (alicia.agent.export)."""

@@ -1,0 +1,1 @@
+"""Tests of the failover watcher (alicia.agent.watch)."""
