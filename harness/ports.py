@@ -1,9 +1,15 @@
-"""Free loopback ports."""
+"""Free loopback ports.
+
+``ALICIA_PORT_RANGE`` (``low-high``, default unset) confines every pick to that band:
+the test runner gives each of its parallel workers a band of its own, so two workers
+starting servers at the same moment never pick the same port.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import time
 
@@ -19,10 +25,12 @@ def free_port() -> int:
     """
     import random
 
+    band = _band()
     low = _ephemeral_low()
-    if low > _FIXED_LOW + 1000:
+    if band is not None or low > _FIXED_LOW + 1000:
+        start, end = band or (_FIXED_LOW, low - 1)
         for _ in range(100):
-            port = random.randrange(_FIXED_LOW, low)
+            port = random.randrange(start, end + 1)
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
@@ -47,12 +55,27 @@ def _ephemeral_low() -> int:
         return 0
 
 
+def _band() -> tuple[int, int] | None:
+    """``ALICIA_PORT_RANGE`` as (low, high), or None when unset."""
+    raw = os.environ.get("ALICIA_PORT_RANGE", "").strip()
+    if not raw:
+        return None
+    try:
+        low, high = (int(part) for part in raw.split("-", 1))
+    except ValueError as exc:
+        raise ValueError(f"ALICIA_PORT_RANGE must be low-high, not {raw!r}") from exc
+    if not 1024 <= low < high <= 65535:
+        raise ValueError(f"ALICIA_PORT_RANGE out of order or bounds: {raw!r}")
+    return low, high
+
+
 def free_udp_range(size: int) -> int:
     """The first port of ``size`` consecutive UDP ports that are free on 127.0.0.1."""
     import random
 
+    low, high = _band() or (20000, 60000)
     for _ in range(200):
-        start = random.randrange(20000, 60000 - size)
+        start = random.randrange(low, high - size)
         socks: list[socket.socket] = []
         try:
             for p in range(start, start + size):

@@ -6,7 +6,8 @@ The failover tests get a livekit-server of their own per module (``livekit``), p
 webhooks to the watcher's port (``watch_port``).
 Nothing is skipped when a component is missing: the harness installs it or fails.
 A folder's own fixtures are in its ``conftest.py`` (``tests/engine`` has a fresh ``llm``
-per test, ``tests/e2e`` the module's ``worker``).
+per test, ``tests/e2e`` the module's ``worker``). With parallel workers (``./scripts/test``)
+each worker has its own servers (:mod:`tests.support.scheduling`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM
 from tests.support.chat_server import TRANSPORTS, Handler, serving_chat
 from tests.support.recorded import recorded_llm_for
+
+pytest_plugins = ["tests.support.scheduling"]  # the quick tier, parallel workers, the order
 
 
 @pytest.fixture(scope="session")

@@ -113,6 +113,7 @@ TINY: Final = [
 that breaks one fails here, not silently)."""
 
 
+@pytest.mark.integration  # starts its own servers
 @pytest.mark.parametrize(
     ("script", "args", "keys"), TINY, ids=[" ".join([s, *a]) for s, a, _ in TINY]
 )
@@ -150,6 +151,7 @@ def test_the_js_codec_benchmark_ends_with_its_result_line(tmp_path: Path) -> Non
     assert re.fullmatch(_result(("decode_vs_plain", "encode_vs_plain")), last), last
 
 
+@pytest.mark.integration  # starts its own servers
 def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
     """One trial each of both pipelines, real offline speech through livekit-server."""
     done = subprocess.run(
@@ -174,6 +176,7 @@ def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
     assert re.fullmatch("RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys), last), last
 
 
+@pytest.mark.integration  # starts its own servers
 def test_the_agui_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
     """Two short runs per path: the endpoint and the bare pass-through, as processes."""
     done = subprocess.run(
@@ -233,6 +236,7 @@ def test_the_load_benchmarks_explain_themselves(script: str, tmp_path: Path) -> 
     assert "RESULT" in done.stdout or "--rooms" in done.stdout
 
 
+@pytest.mark.integration  # starts its own servers
 def test_the_rooms_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
     """Two rooms, a 3 s window: the worker, then the floor, under token-level streams."""
     last = _last_line(
@@ -242,6 +246,7 @@ def test_the_rooms_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
     assert " lost=0 reordered=0 " in last, last  # delivery is correctness, not speed
 
 
+@pytest.mark.integration  # starts its own servers
 def test_the_rooms_benchmark_keeps_its_per_packet_trial(tmp_path: Path) -> None:
     last = _last_line(
         "bench/rooms.py", ["--packets", "--rooms", "2", "--seconds", "2"], tmp_path, 200
@@ -250,6 +255,7 @@ def test_the_rooms_benchmark_keeps_its_per_packet_trial(tmp_path: Path) -> None:
     assert re.fullmatch(_result(keys), last), last
 
 
+@pytest.mark.integration  # starts its own servers
 def test_the_soak_ends_with_its_result_line(tmp_path: Path) -> None:
     """A warm-up of five turns, then twelve seconds of the rooms load on two rooms, sampled
     every two seconds."""

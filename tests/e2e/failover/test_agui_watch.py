@@ -78,6 +78,10 @@ async def test_a_room_watched_only_through_the_agui_listener_gets_its_agent(
         assert f"agent dispatched to {room}" in watcher.log()
 
 
+LISTENER = "agui.dashboard."
+"""Identity prefix of the AG-UI listener of the dashboard's token."""
+
+
 class Impostor:
     """An AGENT-kind participant dispatched under another agent name: it answers every
     Configuration, and keeps sending every other participant a handshake answer and a
@@ -89,6 +93,10 @@ class Impostor:
         self.sent: list[str] = []
         """Identities the impostor's packets went to."""
         self._stanza = 0
+
+    def to(self, prefix: str, *, after: int = 0) -> list[str]:
+        """The packets sent (after the first ``after``) to identities starting ``prefix``."""
+        return [i for i in self.sent[after:] if i.startswith(prefix)]
 
     async def _send(self, body: Configuration | AssistantMessage, to: str) -> None:
         self._stanza -= 1
@@ -150,14 +158,18 @@ async def test_the_listener_ignores_an_agent_with_another_agent_name(
         try:
             await stream.wait("RUN_STARTED", timeout=20)
             heard = len(impostor.sent)
-            await asyncio.sleep(2.0)  # the impostor keeps speaking to the listener
+            # The impostor keeps speaking to the listener (it sees the listener once its
+            # own room hears of it: on a loaded machine, later than the run starts).
+            async with asyncio.timeout(20):
+                while len(impostor.to(LISTENER, after=heard)) < 4:
+                    await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)  # what it said has had time to reach the stream
         except BaseException as exc:
             logs = f"{watcher.log()}\n{worker.log()}\n{agui.log()}"
             raise AssertionError(f"{exc!r}: {stream.events}\n{logs}") from exc
         agents = [p for p in fake.remote_participants.values() if p.kind == AGENT]
         assert [p.attributes.get("lk.agent_name") for p in agents] == [NAME]  # the real one
-        to_listener = [i for i in impostor.sent[heard:] if i.startswith("agui.dashboard.")]
-        assert len(to_listener) >= 4, impostor.sent
+        assert len(impostor.to(LISTENER, after=heard)) >= 4, impostor.sent
         assert CANARY not in str(stream.events), stream.events
         assert not speaking.done()
 

@@ -1,0 +1,123 @@
+"""How the suite runs: the quick tier, parallel workers, and the order of the work.
+
+A pytest plugin (``tests/conftest.py`` loads it):
+
+* **The quick tier.** A test that needs a real server (it asks for ``livekit_server``,
+  ``postgres_server`` or ``livekit``, or its module says ``pytest.mark.integration``) is
+  marked ``integration``; ``./scripts/test --quick`` runs the rest (``-m "not integration"``).
+* **Parallel workers** (pytest-xdist, ``./scripts/test`` runs ``-n``
+  :data:`DEFAULT_WORKERS` ``--dist loadgroup``). Each worker has its own livekit-server and
+  Postgres (the session fixtures) and picks its loopback ports from a band of its own
+  (``ALICIA_PORT_RANGE``, :mod:`alicia.harness.ports`). The tests of a module that share a
+  module-scoped fixture (a worker process, a recorded LLM, a livekit-server of the
+  module's own) form one ``xdist_group`` and run on one worker, in order, so the fixture
+  starts once; every other test is scheduled on its own.
+* **The order.** Most of the suite waits on real time, so the longest work starts first:
+  modules (and groups) in decreasing order of the seconds :data:`DURATIONS` recorded for
+  their tests in a full run, a module's tests in their own order. A test not in the file
+  counts :data:`UNKNOWN_S` (integration) or nothing. Refresh the file after adding slow
+  tests: ``python -m tests.support.scheduling test-artifacts/junit.xml`` on the JUnit
+  report of a full run (``./scripts/test --junitxml=test-artifacts/junit.xml``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from tests.paths import ROOT
+
+__all__ = ["DEFAULT_WORKERS", "DURATIONS", "SERVER_FIXTURES", "UNKNOWN_S", "write_durations"]
+
+DEFAULT_WORKERS: Final = 6
+"""Parallel workers ``./scripts/test`` starts (``ALICIA_TEST_WORKERS`` overrides)."""
+SERVER_FIXTURES: Final = frozenset({"livekit_server", "postgres_server", "livekit"})
+"""Fixtures that start a real server: a test that uses one is an integration test."""
+DURATIONS: Final = ROOT / "tests" / "durations.json"
+"""Seconds per test id from a full run (the tests over :data:`_KEPT_S`)."""
+UNKNOWN_S: Final = 3.0
+"""What an integration test missing from :data:`DURATIONS` is expected to take."""
+_KEPT_S: Final = 0.5
+_PORTS_LOW: Final = 10000
+_PORTS_HIGH: Final = 32000
+"""The band the workers' bands are cut from: below Linux's ephemeral range."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A parallel worker picks its ports from a band of its own."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and count > 0 and "ALICIA_PORT_RANGE" not in os.environ:
+        index = int(worker[2:])
+        width = (_PORTS_HIGH - _PORTS_LOW) // count
+        low = _PORTS_LOW + index * width
+        os.environ["ALICIA_PORT_RANGE"] = f"{low}-{low + width - 1}"
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture that lives as long as its module (or class)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return True
+    return False
+
+
+def _durations() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark integration tests and module groups; put the longest work first."""
+    seconds = _durations()
+    cost: dict[str, float] = defaultdict(float)
+    module_of: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        module_of[item.nodeid] = module
+        if SERVER_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
+        integration = item.get_closest_marker("integration") is not None
+        if integration and _module_scoped(item):
+            item.add_marker(pytest.mark.xdist_group(module))
+        default = UNKNOWN_S if integration else 0.0
+        cost[module] += seconds.get(item.nodeid, default)
+    position = {module: i for i, module in enumerate(dict.fromkeys(module_of.values()))}
+    items.sort(key=lambda item: (-cost[module_of[item.nodeid]], position[module_of[item.nodeid]]))
+
+
+def write_durations(junit: Path, out: Path = DURATIONS) -> int:
+    """Write :data:`DURATIONS` from a JUnit report of a full run; the tests kept."""
+    found: dict[str, float] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        module = (case.get("classname") or "").split(".")
+        name = case.get("name") or ""
+        # classname: tests.engine.test_turn[.Class]; the file is up to the test_ module
+        parts = [p for p in module]
+        cut = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
+        path = "/".join(parts[: cut + 1]) + ".py"
+        node = "::".join([path, *parts[cut + 1 :], name])
+        seconds = float(case.get("time") or 0)
+        if seconds >= _KEPT_S:
+            found[node] = round(seconds, 1)
+    out.write_text(json.dumps(dict(sorted(found.items())), indent=0) + "\n")
+    return len(found)
+
+
+if __name__ == "__main__":
+    print(f"{write_durations(Path(sys.argv[1]))} tests over {_KEPT_S} s kept in {DURATIONS}")
