@@ -6,15 +6,18 @@ A pytest plugin (``tests/conftest.py`` loads it):
   ``postgres_server`` or ``livekit``, or its module says ``pytest.mark.integration``) is
   marked ``integration``; ``./scripts/test --quick`` runs the rest (``-m "not integration"``).
 * **Parallel workers** (pytest-xdist, ``./scripts/test`` runs ``-n``
-  :data:`DEFAULT_WORKERS` ``--dist loadgroup``). Each worker has its own livekit-server and
+  :data:`DEFAULT_WORKERS` ``--dist loadscope``). Each worker has its own livekit-server and
   Postgres (the session fixtures) and picks its loopback ports from a band of its own
-  (``ALICIA_PORT_RANGE``, :mod:`alicia.harness.ports`). The tests of a module that share a
-  module-scoped fixture (a worker process, a recorded LLM, a livekit-server of the
-  module's own) form one ``xdist_group`` and run on one worker, in order, so the fixture
-  starts once; every other test is scheduled on its own.
+  (``ALICIA_PORT_RANGE``, :mod:`alicia.harness.ports`). A module's tests run on one
+  worker, in order, so a module-scoped fixture (a worker process, a recorded LLM, a
+  livekit-server of the module's own) starts once. (``--dist loadgroup`` would spread the
+  other modules' tests one by one, but xdist 3.8 groups by rewriting ``Item._nodeid``,
+  which pytest 9.2 no longer reads: the groups were silently spread, and every worker
+  started the same module's worker processes at once.)
 * **The order.** Most of the suite waits on real time, so the longest work starts first:
   modules (and groups) in decreasing order of the seconds :data:`DURATIONS` recorded for
-  their tests in a full run, a module's tests in their own order. A test not in the file
+  their tests in a full run, a module's tests in their own order (``--no-loadscope-reorder``
+  keeps this order; xdist's own puts the modules with most tests first). A test not in the file
   counts :data:`UNKNOWN_S` (integration) or nothing. Refresh the file after adding slow
   tests: ``python -m tests.support.scheduling test-artifacts/junit.xml`` on the JUnit
   report of a full run (``./scripts/test --junitxml=test-artifacts/junit.xml``).
@@ -61,18 +64,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["ALICIA_PORT_RANGE"] = f"{low}-{low + width - 1}"
 
 
-def _module_scoped(item: pytest.Item) -> bool:
-    """Whether ``item`` uses a fixture that lives as long as its module (or class)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    for name in item.fixturenames:
-        defs = info.name2fixturedefs.get(name)
-        if defs and defs[-1].scope in ("module", "class", "package"):
-            return True
-    return False
-
-
 def _durations() -> dict[str, float]:
     try:
         data = json.loads(DURATIONS.read_text())
@@ -81,9 +72,8 @@ def _durations() -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark integration tests and module groups; put the longest work first."""
+    """Mark integration tests; put the longest modules first."""
     seconds = _durations()
     cost: dict[str, float] = defaultdict(float)
     module_of: dict[str, str] = {}
@@ -93,8 +83,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if SERVER_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.integration)
         integration = item.get_closest_marker("integration") is not None
-        if integration and _module_scoped(item):
-            item.add_marker(pytest.mark.xdist_group(module))
         default = UNKNOWN_S if integration else 0.0
         cost[module] += seconds.get(item.nodeid, default)
     position = {module: i for i, module in enumerate(dict.fromkeys(module_of.values()))}

@@ -1,0 +1,69 @@
+"""The benchmarks that start their own servers, with tiny parameters: each runs as the
+README says and ends with its RESULT line (a migration or an API change that breaks one
+fails here, not silently). Their figures are not checked: speed is measured, never tested."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from tests.project.bench_runs import last_line, result
+
+pytestmark = pytest.mark.integration  # each starts its own servers
+
+TINY: Final = [
+    (
+        "bench/codec.py",
+        ["--n", "50", "--repeat", "1"],
+        ("encode_vs_raw", "decode_vs_raw", "encode_vs_json", "decode_vs_json"),
+    ),
+    (
+        "bench/latency.py",
+        ["--steps", "20", "--rate", "50"],
+        ("raw_p50_ms", "raw_p99_ms", "added_p50_ms", "added_p99_ms"),
+    ),
+    (
+        "bench/storage.py",
+        ["--n", "2000", "--naive-n", "200", "--repeat", "1", "--rounds", "2", "--per-round", "20"],
+        (
+            "writer_steps_per_s",
+            "naive_steps_per_s",
+            "copy_steps_per_s",
+            "writer_vs_copy",
+            "p99_on_vs_off",
+        ),
+    ),
+    (
+        "bench/failover.py",
+        ["--rooms", "2"],
+        ("rooms", "takeover_p50_s", "takeover_max_s", "gaps", "duplicates"),
+    ),
+    (
+        "bench/failover.py",
+        ["--rooms", "2", "--stall", "--stall-s", "4"],
+        (
+            "rooms",
+            "takeover_p50_s",
+            "takeover_max_s",
+            "gaps",
+            "duplicates",
+            "stale_envelopes",
+            "stale_rows",
+        ),
+    ),
+]
+"""Benchmarks against the real servers with tiny parameters (a migration or an API change
+that breaks one fails here, not silently)."""
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "keys"), TINY, ids=[" ".join([s, *a]) for s, a, _ in TINY]
+)
+def test_the_server_benchmarks_run_with_tiny_parameters(
+    script: str, args: list[str], keys: tuple[str, ...], tmp_path: Path
+) -> None:
+    last = last_line(script, args, tmp_path, 400)
+    assert re.fullmatch(result(keys), last), last
