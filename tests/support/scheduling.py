@@ -14,6 +14,14 @@ A pytest plugin (``tests/conftest.py`` loads it):
   other modules' tests one by one, but xdist 3.8 groups by rewriting ``Item._nodeid``,
   which pytest 9.2 no longer reads: the groups were silently spread, and every worker
   started the same module's worker processes at once.)
+* **Lanes.** Some tests hold a promise on time while real time passes: real speech
+  (``tests/e2e/voice``, the speech benchmarks, the page's microphone), takeovers on
+  heartbeats (``tests/e2e/failover``), limits that drain idle connections. On a 2-core
+  machine shared by six workers they missed it when the others took the CPU. So the
+  first :data:`REALTIME_LANES` workers take those modules first (then anything left),
+  and the other workers, which take every other module, run at ``nice``
+  :data:`NICE`: they use what the realtime lanes leave (:class:`LaneScheduling`, the
+  ``pytest_xdist_make_scheduler`` hook, on ``--dist loadscope``).
 * **The order.** Most of the suite waits on real time, so the longest work starts first:
   modules (and groups) in decreasing order of the seconds :data:`DURATIONS` recorded for
   their tests in a full run, a module's tests in their own order (``--no-loadscope-reorder``
@@ -31,13 +39,24 @@ import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from tests.paths import ROOT
 
-__all__ = ["DEFAULT_WORKERS", "DURATIONS", "SERVER_FIXTURES", "UNKNOWN_S", "write_durations"]
+__all__ = [
+    "DEFAULT_WORKERS",
+    "DURATIONS",
+    "NICE",
+    "REALTIME",
+    "REALTIME_LANES",
+    "SERVER_FIXTURES",
+    "UNKNOWN_S",
+    "LaneScheduling",
+    "write_durations",
+]
 
 DEFAULT_WORKERS: Final = 6
 """Parallel workers ``./scripts/test`` starts (``ALICIA_TEST_WORKERS`` overrides)."""
@@ -47,6 +66,18 @@ DURATIONS: Final = ROOT / "tests" / "durations.json"
 """Seconds per test id from a full run (the tests over :data:`_KEPT_S`)."""
 UNKNOWN_S: Final = 3.0
 """What an integration test missing from :data:`DURATIONS` is expected to take."""
+REALTIME: Final = (
+    "tests/e2e/voice/",
+    "tests/e2e/failover/",
+    "tests/e2e/browser/",
+    "tests/agui/test_agui_limits.py",
+    "tests/project/test_bench_speech.py",
+)
+"""Modules (path prefixes) whose tests hold a promise on time: the realtime lanes' work."""
+REALTIME_LANES: Final = 3
+"""Workers (``gw0``..) that take the realtime modules first, at normal priority."""
+NICE: Final = 10
+"""The other workers' niceness (and their servers' and subprocesses')."""
 _KEPT_S: Final = 0.5
 _PORTS_LOW: Final = 10000
 _PORTS_HIGH: Final = 32000
@@ -54,14 +85,71 @@ _PORTS_HIGH: Final = 32000
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A parallel worker picks its ports from a band of its own."""
+    """A parallel worker picks its ports from a band of its own; past the realtime lanes
+    it runs at :data:`NICE`."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if worker.startswith("gw") and count > 0 and "ALICIA_PORT_RANGE" not in os.environ:
-        index = int(worker[2:])
+    if not (worker.startswith("gw") and count > 0):
+        return
+    index = int(worker[2:])
+    if "ALICIA_PORT_RANGE" not in os.environ:
         width = (_PORTS_HIGH - _PORTS_LOW) // count
         low = _PORTS_LOW + index * width
         os.environ["ALICIA_PORT_RANGE"] = f"{low}-{low + width - 1}"
+    if index >= REALTIME_LANES:
+        os.nice(NICE)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneScheduling | None:
+    """The lanes, under ``--dist loadscope``; xdist's own scheduler otherwise."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    return LaneScheduling(config, log)
+
+
+def _realtime(scope: str) -> bool:
+    return scope.startswith(REALTIME)
+
+
+class LaneScheduling(LoadScopeScheduling):
+    """``loadscope`` (a module's tests on one worker, modules in collection order), with
+    the realtime modules only on the first :data:`REALTIME_LANES` workers, which take
+    them before anything else."""
+
+    def _lane_of(self, node: object) -> bool:
+        """Whether ``node`` is a realtime lane."""
+        gateway = getattr(node, "gateway", None)
+        name = str(getattr(gateway, "id", "gw0"))
+        return int(name[2:] or 0) < REALTIME_LANES if name.startswith("gw") else True
+
+    def _pick(self, node: object) -> str | None:
+        """The next module for ``node``, or None if nothing left is for it."""
+        lane = self._lane_of(node)
+        if lane:
+            found = next((s for s in self.workqueue if _realtime(s)), None)
+            return found or next(iter(self.workqueue), None)
+        return next((s for s in self.workqueue if not _realtime(s)), None)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        scope = self._pick(node)
+        if scope is None:
+            return
+        work_unit = self.workqueue.pop(scope)
+        self.assigned_work.setdefault(node, {})[scope] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some(
+            [collection.index(nodeid) for nodeid, done in work_unit.items() if not done]
+        )
+
+    def _reschedule(self, node: Any) -> None:
+        if node.shutting_down:
+            return
+        if self._pick(node) is None:
+            node.shutdown()  # after what it holds: nothing left is for this worker
+            return
+        if self._pending_of(self.assigned_work[node]) > 2:
+            return
+        self._assign_work_unit(node)
 
 
 def _durations() -> dict[str, float]:
