@@ -15,13 +15,15 @@ A pytest plugin (``tests/conftest.py`` loads it):
   which pytest 9.2 no longer reads: the groups were silently spread, and every worker
   started the same module's worker processes at once.)
 * **Lanes.** Some tests hold a promise on time while real time passes: real speech
-  (``tests/e2e/voice``, the speech benchmarks, the page's microphone), takeovers on
-  heartbeats (``tests/e2e/failover``), limits that drain idle connections. On a 2-core
-  machine shared by six workers they missed it when the others took the CPU. So the
-  first :data:`REALTIME_LANES` workers take those modules first (then anything left),
-  and the other workers, which take every other module, run at ``nice``
-  :data:`NICE`: they use what the realtime lanes leave (:class:`LaneScheduling`, the
-  ``pytest_xdist_make_scheduler`` hook, on ``--dist loadscope``).
+  (``tests/e2e/voice``, the speech benchmarks), takeovers on heartbeats
+  (``tests/e2e/failover``), the browser, limits that drain idle connections. On a 2-core
+  machine shared by six workers they missed it when the others took the CPU (a remark
+  9 s late, a question misheard, a second takeover of a room whose new agent's
+  heartbeat starved). So the first workers are :data:`LANES`: two take the speech
+  modules first, at normal priority; the next the timing modules, at ``nice`` 4; each
+  then takes the later lanes' modules and the rest. The other workers take only the
+  rest, at ``nice`` :data:`NICE`, and use what the lanes leave (:class:`LaneScheduling`,
+  the ``pytest_xdist_make_scheduler`` hook, on ``--dist loadscope``).
 * **The order.** Most of the suite waits on real time, so the longest work starts first:
   modules (and groups) in decreasing order of the seconds :data:`DURATIONS` recorded for
   their tests in a full run, a module's tests in their own order (``--no-loadscope-reorder``
@@ -38,6 +40,7 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -49,11 +52,11 @@ from tests.paths import ROOT
 __all__ = [
     "DEFAULT_WORKERS",
     "DURATIONS",
+    "LANES",
     "NICE",
-    "REALTIME",
-    "REALTIME_LANES",
     "SERVER_FIXTURES",
     "UNKNOWN_S",
+    "Lane",
     "LaneScheduling",
     "write_durations",
 ]
@@ -66,18 +69,31 @@ DURATIONS: Final = ROOT / "tests" / "durations.json"
 """Seconds per test id from a full run (the tests over :data:`_KEPT_S`)."""
 UNKNOWN_S: Final = 3.0
 """What an integration test missing from :data:`DURATIONS` is expected to take."""
-REALTIME: Final = (
-    "tests/e2e/voice/",
-    "tests/e2e/failover/",
-    "tests/e2e/browser/",
-    "tests/agui/test_agui_limits.py",
-    "tests/project/test_bench_speech.py",
+
+
+@dataclass(frozen=True, slots=True)
+class Lane:
+    """Modules (path prefixes) that hold a promise on time, the workers that take them
+    first, and those workers' niceness."""
+
+    name: str
+    prefixes: tuple[str, ...]
+    workers: int
+    nice: int
+
+
+LANES: Final = (
+    Lane("speech", ("tests/e2e/voice/", "tests/project/test_bench_speech.py"), 2, 0),
+    Lane(
+        "timing",
+        ("tests/e2e/failover/", "tests/e2e/browser/", "tests/agui/test_agui_limits.py"),
+        1,
+        4,
+    ),
 )
-"""Modules (path prefixes) whose tests hold a promise on time: the realtime lanes' work."""
-REALTIME_LANES: Final = 3
-"""Workers (``gw0``..) that take the realtime modules first, at normal priority."""
+"""The realtime lanes, first workers first (``gw0``, ``gw1`` speech, ``gw2`` timing)."""
 NICE: Final = 10
-"""The other workers' niceness (and their servers' and subprocesses')."""
+"""The niceness of the workers past the lanes (and of their servers and subprocesses)."""
 _KEPT_S: Final = 0.5
 _PORTS_LOW: Final = 10000
 _PORTS_HIGH: Final = 32000
@@ -96,8 +112,8 @@ def pytest_configure(config: pytest.Config) -> None:
         width = (_PORTS_HIGH - _PORTS_LOW) // count
         low = _PORTS_LOW + index * width
         os.environ["ALICIA_PORT_RANGE"] = f"{low}-{low + width - 1}"
-    if index >= REALTIME_LANES:
-        os.nice(NICE)
+    lane = _lane_index(index)
+    os.nice(LANES[lane].nice if lane < len(LANES) else NICE)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneScheduling | None:
@@ -107,28 +123,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneSched
     return LaneScheduling(config, log)
 
 
-def _realtime(scope: str) -> bool:
-    return scope.startswith(REALTIME)
+def _lane_index(worker: int) -> int:
+    """The lane of worker number ``worker`` (``len(LANES)``: past the lanes)."""
+    first = 0
+    for i, lane in enumerate(LANES):
+        if worker < first + lane.workers:
+            return i
+        first += lane.workers
+    return len(LANES)
+
+
+def _lane_of_scope(scope: str) -> int:
+    """The lane a module belongs to (``len(LANES)``: the rest)."""
+    return next((i for i, lane in enumerate(LANES) if scope.startswith(lane.prefixes)), len(LANES))
 
 
 class LaneScheduling(LoadScopeScheduling):
-    """``loadscope`` (a module's tests on one worker, modules in collection order), with
-    the realtime modules only on the first :data:`REALTIME_LANES` workers, which take
-    them before anything else."""
+    """``loadscope`` (a module's tests on one worker, modules in collection order), where
+    a worker of lane *i* (:data:`LANES`) takes the modules of lane *i* first, then of the
+    later lanes, then the rest; a worker past the lanes only the rest."""
 
-    def _lane_of(self, node: object) -> bool:
-        """Whether ``node`` is a realtime lane."""
-        gateway = getattr(node, "gateway", None)
-        name = str(getattr(gateway, "id", "gw0"))
-        return int(name[2:] or 0) < REALTIME_LANES if name.startswith("gw") else True
-
-    def _pick(self, node: object) -> str | None:
+    def _pick(self, node: Any) -> str | None:
         """The next module for ``node``, or None if nothing left is for it."""
-        lane = self._lane_of(node)
-        if lane:
-            found = next((s for s in self.workqueue if _realtime(s)), None)
-            return found or next(iter(self.workqueue), None)
-        return next((s for s in self.workqueue if not _realtime(s)), None)
+        name = str(getattr(getattr(node, "gateway", None), "id", "gw0"))
+        own = _lane_index(int(name[2:])) if name.startswith("gw") and name[2:] else 0
+        best: tuple[int, str] | None = None
+        for scope in self.workqueue:
+            lane = _lane_of_scope(scope)
+            if lane >= own and (best is None or lane < best[0]):
+                best = (lane, scope)
+                if lane == own:
+                    break
+        return None if best is None else best[1]
 
     def _assign_work_unit(self, node: Any) -> None:
         scope = self._pick(node)
