@@ -153,6 +153,11 @@ class StoredMessage:
 class MessageIndex(Protocol):
     """Storage that can say whether a message id is taken (ids are unique everywhere)."""
 
+    async def index_ready(self) -> None:
+        """Return once look-ups can be served (a fresh process may first check the
+        schema: not a look-up, and slow on a busy machine); raise if they cannot be."""
+        ...
+
     async def stored_message(self, message_id: str) -> StoredMessage | None:
         """The stored message with ``message_id`` (None: the id is free)."""
         ...
@@ -191,6 +196,10 @@ class NullSink:
 
 LOOKUP_TIMEOUT_S: Final = 1.0
 """Longest wait for storage to say whether a message id is taken."""
+READY_TIMEOUT_S: Final = 10.0
+"""Longest wait for storage to be ready for look-ups (once per process and database:
+the schema check a fresh job process makes, which took over a second on a loaded machine
+and then let a taken id through unchecked)."""
 LOOKUP_PAUSE_S: Final = 5.0
 """After a failed look-up, ids are not checked in that storage for this long (a database
 outage costs each message nothing, not a timeout each)."""
@@ -199,11 +208,14 @@ _paused: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
 
 async def lookup_message(sink: object, message_id: str) -> StoredMessage | None:
     """Who holds ``message_id`` in storage; None when it is free, or when storage keeps
-    no index or does not answer within :data:`LOOKUP_TIMEOUT_S` (logged, and not asked
-    again for :data:`LOOKUP_PAUSE_S`: a database outage never stops a conversation)."""
+    no index, is not ready within :data:`READY_TIMEOUT_S` or does not answer within
+    :data:`LOOKUP_TIMEOUT_S` (logged, and not asked again for :data:`LOOKUP_PAUSE_S`: a
+    database outage never stops a conversation)."""
     if not isinstance(sink, MessageIndex) or _paused.get(sink, 0.0) > time.monotonic():
         return None
     try:
+        async with asyncio.timeout(READY_TIMEOUT_S):
+            await sink.index_ready()
         async with asyncio.timeout(LOOKUP_TIMEOUT_S):
             return await sink.stored_message(message_id)
     except Exception as exc:

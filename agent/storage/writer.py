@@ -13,26 +13,23 @@ queued envelopes into rows and writes them in batches, one transaction per batch
   placeholder in when it arrives;
 * on PostgreSQL, a batch of steps is one ``COPY`` into the table inside a savepoint,
   falling back to one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` when a
-  row is already there (:mod:`alicia.agent.storage.dialect`); ``bench/storage.py`` measures it
-  against a
-  plain ``COPY`` and a naive INSERT loop.
+  row is already there (:mod:`alicia.agent.storage.dialect`); ``bench/storage.py`` measures
+  it against a plain ``COPY`` and a naive INSERT loop.
 
 When the database is unreachable the failed batch is kept on disk (a spill segment) and
-retried with exponential backoff while new envelopes keep queueing in memory (bounded
-by ``max_memory_records`` / ``max_memory_bytes``); past that bound the oldest queued
-records move to fsync'd spill segments (:mod:`alicia.agent.storage.spill`) too. Segments are written
-back, oldest first, once the database answers. :meth:`StorageWriter.aclose` flushes
-for up to ``close_timeout_s`` and spills whatever is left; the next writer on the same
-spill root replays it first. Records the database refuses (a constraint or data error
-that a retry cannot fix) are isolated by bisecting the batch and kept in the spill
-root's ``dead-letter/``.
+retried with exponential backoff while new envelopes keep queueing in memory (bounded by
+``max_memory_records`` / ``max_memory_bytes``); past that the oldest queued records move to
+fsync'd spill segments (:mod:`alicia.agent.storage.spill`), written back oldest first.
+:meth:`StorageWriter.aclose` flushes for up to ``close_timeout_s`` and spills whatever is
+left; the next writer on the same spill root replays it first. Records the database
+refuses (a constraint or data error that a retry cannot fix) are isolated by bisecting
+the batch and kept in the spill root's ``dead-letter/``.
 
 Exception tree (SQLAlchemy/asyncpg/sqlite errors are mapped at this boundary)::
 
     Exception
     └── StorageError                 a database operation failed
-        ├── StorageUnavailableError  cannot reach the database (refused, lost, restarting,
-        │                            timed out) — the writer retries
+        ├── StorageUnavailableError  cannot reach the database (any cause): retried
         └── StorageRejectedError     the database refused the data (constraint, bad value)
 """
 
@@ -339,6 +336,10 @@ class StorageWriter:
         """Logged server envelopes with ``|stanzaId| > after``, in order."""
         async with self._reading(self.options.query_timeout_s * 5) as conn:
             return await sent_after(conn, conversation_id, after, limit=limit)
+
+    async def index_ready(self) -> None:
+        """Return once the schema is in place for look-ups (checked once per process)."""
+        await self._ready_engine()
 
     async def stored_message(self, message_id: str) -> StoredMessage | None:
         """The stored message with ``message_id`` (None: the id is free)."""
