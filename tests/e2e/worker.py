@@ -52,7 +52,11 @@ async def running_worker(
     ready_timeout: float = 60.0,
     log_level: str = "info",
 ) -> AsyncIterator[WorkerProcess]:
-    """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL``; registered."""
+    """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL``;
+    registered, and with a voice worker (``ALICIA_VOICE``) a job process warm: its VAD
+    and recognizer loaded (the first room of a cold voice worker on a loaded machine
+    heard its question seconds late; how long a cold start takes is measured, not
+    tested)."""
     full_env = {
         **os.environ,
         **server.env(),
@@ -89,9 +93,12 @@ async def running_worker(
         worker = WorkerProcess(proc, log_path)
         try:
             deadline = time.monotonic() + ready_timeout
-            while "registered worker" not in log_path.read_text(errors="replace"):
+            ready = ["registered worker"]
+            if full_env.get("ALICIA_VOICE") and mode == "start":
+                ready.append("process initialized")
+            while not all(line in log_path.read_text(errors="replace") for line in ready):
                 if proc.returncode is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"worker did not register:\n{worker.log()}")
+                    raise RuntimeError(f"worker not ready ({ready}):\n{worker.log()}")
                 await asyncio.sleep(0.05)
             yield worker
         finally:
