@@ -22,8 +22,10 @@ A pytest plugin (``tests/conftest.py`` loads it):
   heartbeat starved). So the first workers are :data:`LANES`: two take the speech
   modules first, at normal priority; the next the timing modules, at ``nice`` 4; each
   then takes the later lanes' modules and the rest. The other workers take only the
-  rest, at ``nice`` :data:`NICE`, and use what the lanes leave (:class:`LaneScheduling`,
-  the ``pytest_xdist_make_scheduler`` hook, on ``--dist loadscope``).
+  rest, at ``nice`` :data:`NICE`, and use what the lanes leave; the modules that load
+  the CPU most (:data:`HEAVY`) start only once no speech module is left
+  (:class:`LaneScheduling`, the ``pytest_xdist_make_scheduler`` hook, on
+  ``--dist loadscope``).
 * **The order.** Most of the suite waits on real time, so the longest work starts first:
   modules (and groups) in decreasing order of the seconds :data:`DURATIONS` recorded for
   their tests in a full run, a module's tests in their own order (``--no-loadscope-reorder``
@@ -52,6 +54,7 @@ from tests.paths import ROOT
 __all__ = [
     "DEFAULT_WORKERS",
     "DURATIONS",
+    "HEAVY",
     "LANES",
     "NICE",
     "SERVER_FIXTURES",
@@ -92,6 +95,15 @@ LANES: Final = (
     ),
 )
 """The realtime lanes, first workers first (``gw0``, ``gw1`` speech, ``gw2`` timing)."""
+HEAVY: Final = (
+    "tests/project/test_bench_load.py",
+    "tests/project/test_bench_servers.py",
+    "tests/e2e/browser/",
+    "tests/e2e/test_many_workers.py",
+    "tests/protocol/",
+)
+"""Modules that load the CPU most (load benchmarks, Chromium, three workers, fuzzing):
+they start once no speech module is left, so they never run beside real speech."""
 NICE: Final = 10
 """The niceness of the workers past the lanes (and of their servers and subprocesses)."""
 _KEPT_S: Final = 0.5
@@ -141,23 +153,51 @@ def _lane_of_scope(scope: str) -> int:
 class LaneScheduling(LoadScopeScheduling):
     """``loadscope`` (a module's tests on one worker, modules in collection order), where
     a worker of lane *i* (:data:`LANES`) takes the modules of lane *i* first, then of the
-    later lanes, then the rest; a worker past the lanes only the rest."""
+    later lanes, then the rest; a worker past the lanes only the rest. The modules that
+    load the CPU most (:data:`HEAVY`) wait until no speech module is left to run."""
 
-    def _pick(self, node: Any) -> str | None:
-        """The next module for ``node``, or None if nothing left is for it."""
+    def _lane_of_node(self, node: Any) -> int:
         name = str(getattr(getattr(node, "gateway", None), "id", "gw0"))
-        own = _lane_index(int(name[2:])) if name.startswith("gw") and name[2:] else 0
+        return _lane_index(int(name[2:])) if name.startswith("gw") and name[2:] else 0
+
+    def _speaking(self) -> bool:
+        """Whether speech modules are still queued or have more than their last test to
+        run (a worker runs its last test only once it gets more work or is told to stop:
+        xdist needs the next item; holding the heavy modules until then would stall)."""
+        if any(_lane_of_scope(scope) == 0 for scope in self.workqueue):
+            return True
+        return any(
+            sum(
+                list(unit.values()).count(False)
+                for scope, unit in work.items()
+                if _lane_of_scope(scope) == 0
+            )
+            > 1
+            for work in self.assigned_work.values()
+        )
+
+    def _pick(self, node: Any) -> tuple[str | None, bool]:
+        """The next module for ``node`` (None: nothing for it now), and whether a module
+        for it is only held back (it will have work once the speech modules are done)."""
+        own = self._lane_of_node(node)
+        hold = self._speaking()
         best: tuple[int, str] | None = None
+        held = False
         for scope in self.workqueue:
             lane = _lane_of_scope(scope)
-            if lane >= own and (best is None or lane < best[0]):
+            if lane < own:
+                continue
+            if hold and scope.startswith(HEAVY):
+                held = True
+                continue
+            if best is None or lane < best[0]:
                 best = (lane, scope)
                 if lane == own:
                     break
-        return None if best is None else best[1]
+        return (None if best is None else best[1]), held
 
     def _assign_work_unit(self, node: Any) -> None:
-        scope = self._pick(node)
+        scope, _ = self._pick(node)
         if scope is None:
             return
         work_unit = self.workqueue.pop(scope)
@@ -168,10 +208,19 @@ class LaneScheduling(LoadScopeScheduling):
         )
 
     def _reschedule(self, node: Any) -> None:
+        self._feed(node)
+        if not self._speaking():  # held modules are free now: wake idle workers too
+            for other in self.nodes:
+                if other is not node and not self._pending_of(self.assigned_work[other]):
+                    self._feed(other)
+
+    def _feed(self, node: Any) -> None:
         if node.shutting_down:
             return
-        if self._pick(node) is None:
-            node.shutdown()  # after what it holds: nothing left is for this worker
+        scope, held = self._pick(node)
+        if scope is None:
+            if not held:
+                node.shutdown()  # after what it holds: nothing left is for this worker
             return
         if self._pending_of(self.assigned_work[node]) > 2:
             return
