@@ -149,11 +149,11 @@ async def test_the_read_timeout_is_per_read_not_for_the_whole_stream(serve: Any)
 
 
 async def test_a_slow_reader_is_not_a_silent_stream(serve: Any) -> None:
-    llm = (await serve(body_handler(b"".join(TOKENS)))).with_options(timeout=0.2)
+    llm = (await serve(body_handler(b"".join(TOKENS)))).with_options(timeout=2.0)
     seen = []
     async for delta in stream_deltas(llm, model="m", messages=[]):
         seen.append(delta)
-        await asyncio.sleep(0.1)  # 0.8 s spent here, not waiting for the server
+        await asyncio.sleep(0.4)  # 3.2 s spent here, not waiting for the server
     assert len(seen) == 8
 
 

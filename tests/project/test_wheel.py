@@ -142,7 +142,12 @@ async def test_the_example_app_runs_as_agent_py_and_shows_reasoning(
             )
         try:
             async with asyncio.timeout(120):
-                while "registered worker" not in log.read_text(errors="replace"):
+                # Registered, and a job process warm (its first import of the voice stack
+                # takes tens of seconds on a loaded machine; a room waits for it).
+                while not all(
+                    line in log.read_text(errors="replace")
+                    for line in ("registered worker", "process initialized")
+                ):
                     assert proc.returncode is None, log.read_text()[-4000:]
                     await asyncio.sleep(0.1)
             room = f"wheel-{new_id('r')}"
