@@ -223,6 +223,20 @@ class Settings:
     agui_max_per_caller: int = 4
     """``ALICIA_AGUI_MAX_PER_CALLER`` (default 4): AG-UI runs and room streams one caller
     (token identity) may hold at once, together; more are answered with HTTP 429."""
+    agui_max_per_address: int = 16
+    """``ALICIA_AGUI_MAX_PER_ADDRESS`` (default 16): AG-UI runs and room streams one client
+    address may hold at once, whatever identities its tokens name (a token route that
+    mints one per session); more are answered with HTTP 429."""
+    agui_trusted_proxies: tuple[str, ...] = ()
+    """``ALICIA_AGUI_TRUSTED_PROXIES`` (default none): comma-separated addresses of reverse
+    proxies in front of the endpoint; from them, the client address is the last
+    ``X-Forwarded-For`` entry that is not a trusted proxy (else the connection's peer)."""
+    agui_max_uploads: int = 8
+    """``ALICIA_AGUI_MAX_UPLOADS`` (default 8): run inputs being received at once by one
+    process; more are answered with HTTP 503."""
+    agui_body_timeout_s: float = 10.0
+    """``ALICIA_AGUI_BODY_TIMEOUT`` (default 10): seconds a run input may take to arrive
+    whole; then the request is answered with HTTP 408."""
     agui_run_timeout_s: float = 300.0
     """``ALICIA_AGUI_RUN_TIMEOUT`` (default 300): seconds an AG-UI run may take; then its
     turn is stopped and the run ends with ``RUN_ERROR`` (code ``run_timeout``)."""
@@ -351,6 +365,12 @@ class Settings:
             agui_port=r.integer("ALICIA_AGUI_PORT", 8090, low=0),
             agui_max_runs=r.integer("ALICIA_AGUI_MAX_RUNS", 64, low=1),
             agui_max_per_caller=r.integer("ALICIA_AGUI_MAX_PER_CALLER", 4, low=1),
+            agui_max_per_address=r.integer("ALICIA_AGUI_MAX_PER_ADDRESS", 16, low=1),
+            agui_trusted_proxies=tuple(
+                a.strip() for a in r.text("ALICIA_AGUI_TRUSTED_PROXIES", "").split(",") if a.strip()
+            ),
+            agui_max_uploads=r.integer("ALICIA_AGUI_MAX_UPLOADS", 8, low=1),
+            agui_body_timeout_s=r.number("ALICIA_AGUI_BODY_TIMEOUT", 10.0, low=0.1),
             agui_run_timeout_s=r.number("ALICIA_AGUI_RUN_TIMEOUT", 300.0, low=0.1),
             agui_write_timeout_s=r.number("ALICIA_AGUI_WRITE_TIMEOUT", 10.0, low=0.1),
         )

@@ -7,6 +7,7 @@ made where PROTOCOL.md is ambiguous.
 from .codec import (
     DATA_TOPIC,
     MAX_PACKET_BYTES,
+    PROTOCOL_ATTRIBUTE,
     TEXT_BUDGET_BYTES,
     decode,
     encode,
@@ -67,6 +68,7 @@ __all__ = [
     "META_SPAN_ID",
     "META_TIMESTAMP",
     "META_TRACE_ID",
+    "PROTOCOL_ATTRIBUTE",
     "TEXT_BUDGET_BYTES",
     "Acknowledgement",
     "AssistantMessage",

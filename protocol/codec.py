@@ -54,6 +54,7 @@ from .messages import (
 __all__ = [
     "DATA_TOPIC",
     "MAX_PACKET_BYTES",
+    "PROTOCOL_ATTRIBUTE",
     "TEXT_BUDGET_BYTES",
     "decode",
     "encode",
@@ -63,6 +64,9 @@ __all__ = [
 
 DATA_TOPIC: Final = "alicia"
 """LiveKit data-packet topic our envelopes travel on (a transport choice; see DECISIONS.md)."""
+PROTOCOL_ATTRIBUTE: Final = "alicia.protocol"
+"""The attribute an agent that speaks this protocol sets on itself (value ``1``: v1);
+clients trust only an agent that announces it."""
 
 TEXT_BUDGET_BYTES: Final = MAX_PACKET_BYTES - 1024
 """UTF-8 bytes of text per ReasoningStep/AssistantSentence, leaving 1 KiB for the rest."""

@@ -14,13 +14,17 @@ the thread (or room) and whose ``alicia.reasoning`` attribute is the caller's le
 (:mod:`.auth`); without a valid one the answer is HTTP 401 (403 for another room) and
 no stream. A body that is not a ``RunAgentInput`` gets HTTP 400 with the reasons, one
 over 4 MiB HTTP 413 while it is still arriving (:mod:`alicia.agent.bodies`). A caller
-holds at most ``ALICIA_AGUI_MAX_PER_CALLER`` streams at once (HTTP 429 beyond;
-:mod:`.limits`), a run lasts at most ``ALICIA_AGUI_RUN_TIMEOUT``, and a caller that stops
-reading is cut after ``ALICIA_AGUI_WRITE_TIMEOUT``.
+holds at most ``ALICIA_AGUI_MAX_PER_CALLER`` streams at once, a client address at most
+``ALICIA_AGUI_MAX_PER_ADDRESS`` (HTTP 429 beyond; :mod:`.limits`). A run input must arrive
+whole within ``ALICIA_AGUI_BODY_TIMEOUT`` (HTTP 408), and at most
+``ALICIA_AGUI_MAX_UPLOADS`` are being received at once (HTTP 503 beyond). A run lasts at
+most ``ALICIA_AGUI_RUN_TIMEOUT``, and a caller that stops reading is cut after
+``ALICIA_AGUI_WRITE_TIMEOUT``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -76,8 +80,12 @@ class AguiService:
         self._runs: Runs | None = None
         self.rooms = RoomEvents(settings)
         self.limits = Limits(
-            per_caller=settings.agui_max_per_caller, per_kind=settings.agui_max_runs
+            per_caller=settings.agui_max_per_caller,
+            per_kind=settings.agui_max_runs,
+            per_address=settings.agui_max_per_address,
         )
+        self.uploads = 0
+        """Run inputs being received now (at most ``agui_max_uploads``)."""
         self.encoder = EventEncoder()
 
     @property
@@ -124,9 +132,19 @@ class AguiService:
         require_room(caller, room)
         return caller
 
-    def _slot(self, caller: Caller, kind: Kind) -> Slot | JSONResponse:
+    def _address(self, request: Request) -> str:
+        """The client's address: the connection's peer, or behind a trusted proxy the
+        last ``X-Forwarded-For`` entry that is not one."""
+        peer = request.client.host if request.client is not None else ""
+        trusted = self.settings.agui_trusted_proxies
+        if peer not in trusted:
+            return peer
+        hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",")]
+        return next((h for h in reversed(hops) if h and h not in trusted), peer)
+
+    def _slot(self, caller: Caller, kind: Kind, request: Request) -> Slot | JSONResponse:
         try:
-            return self.limits.take(caller.identity, kind)
+            return self.limits.take(caller.identity, kind, self._address(request))
         except LimitError as exc:
             return _error(exc.status, str(exc))
 
@@ -145,7 +163,7 @@ class AguiService:
             who = self.check.caller(request.headers.get("authorization"))
         except AuthError as exc:
             return _error(exc.status, str(exc))
-        slot = self._slot(who, "run")  # before the body is read: uploads count too
+        slot = self._slot(who, "run", request)  # before the body is read: uploads count too
         if not isinstance(slot, Slot):
             return slot
         try:
@@ -158,10 +176,20 @@ class AguiService:
         return response
 
     async def _run(self, request: Request, slot: Slot) -> Response:
+        s = self.settings
+        if self.uploads >= s.agui_max_uploads:
+            return _error(503, "too many run inputs arriving at once; try again", close=True)
+        self.uploads += 1
         try:
-            body = await read_body(request, MAX_BODY_BYTES, "the run input")
+            async with asyncio.timeout(s.agui_body_timeout_s):
+                body = await read_body(request, MAX_BODY_BYTES, "the run input")
         except BodyTooLarge as exc:
             return _error(exc.status, str(exc), close=True)
+        except TimeoutError:
+            message = f"the run input did not arrive within {s.agui_body_timeout_s:g} s"
+            return _error(408, message, close=True)
+        finally:
+            self.uploads -= 1
         try:
             run = RunAgentInput.model_validate_json(body)
         except ValidationError as exc:
@@ -192,7 +220,7 @@ class AguiService:
             caller = self._caller(request, room)
         except AuthError as exc:
             return _error(exc.status, str(exc))
-        slot = self._slot(caller, "room")  # counted from now, before LiveKit is joined
+        slot = self._slot(caller, "room", request)  # counted now, before LiveKit is joined
         if not isinstance(slot, Slot):
             return slot
         return self._respond(self._room_sse(caller), slot)

@@ -4,8 +4,9 @@ Every run (``POST /agui``) and room stream (``GET /agui/rooms/{room}/events``) h
 :class:`Slot` from the moment it is accepted (before its body is read or its LiveKit
 connection is made) until its response has ended and, for a run, its turn has closed. A
 caller (a token identity) holds at most ``ALICIA_AGUI_MAX_PER_CALLER`` slots, runs and
-room streams together; the process at most ``ALICIA_AGUI_MAX_RUNS`` of each kind. So one
-caller can never take the endpoint from everyone else.
+room streams together, and one client address at most ``ALICIA_AGUI_MAX_PER_ADDRESS``
+whatever identities its tokens name; the process at most ``ALICIA_AGUI_MAX_RUNS`` of each
+kind. So one caller can never take the endpoint from everyone else.
 
 Exception tree::
 
@@ -45,13 +46,14 @@ class ServerBusy(LimitError):
 class Slot:
     """One accepted stream's place, freed when its last holder lets go."""
 
-    __slots__ = ("_holders", "_limits", "identity", "kind")
+    __slots__ = ("_holders", "_limits", "address", "identity", "kind")
 
-    def __init__(self, limits: Limits, identity: str, kind: Kind) -> None:
+    def __init__(self, limits: Limits, identity: str, kind: Kind, address: str = "") -> None:
         """Held once (by the response that took it)."""
         self._limits = limits
         self.identity = identity
         self.kind = kind
+        self.address = address
         self._holders = 1
 
     @property
@@ -77,13 +79,16 @@ class Slot:
 class Limits:
     """The slots of one process (see the module docstring)."""
 
-    def __init__(self, *, per_caller: int, per_kind: int) -> None:
-        """``per_caller``: slots one identity may hold; ``per_kind``: runs (and room
-        streams) the process serves at once."""
+    def __init__(self, *, per_caller: int, per_kind: int, per_address: int = 16) -> None:
+        """``per_caller``: slots one identity may hold; ``per_address``: slots one client
+        address may hold; ``per_kind``: runs (and room streams) the process serves at once."""
         self.per_caller = per_caller
         self.per_kind = per_kind
+        self.per_address = per_address
         self._callers: dict[str, int] = {}
         """identity -> slots held (only identities holding one)."""
+        self._addresses: dict[str, int] = {}
+        """client address -> slots held (only addresses holding one)."""
         self._kinds: dict[Kind, int] = {"run": 0, "room": 0}
 
     def held_by(self, identity: str) -> int:
@@ -94,24 +99,39 @@ class Limits:
         """Streams of ``kind`` being served."""
         return self._kinds[kind]
 
-    def take(self, identity: str, kind: Kind) -> Slot:
-        """A slot for a new stream of ``identity``; :class:`LimitError` if none is free."""
+    def take(self, identity: str, kind: Kind, address: str = "") -> Slot:
+        """A slot for a new stream of ``identity`` from client ``address``;
+        :class:`LimitError` if none is free."""
         if self._callers.get(identity, 0) >= self.per_caller:
             raise CallerLimit(
                 f"this caller has {self.per_caller} AG-UI runs and room streams open already "
                 "(ALICIA_AGUI_MAX_PER_CALLER); close one and try again"
             )
+        if address and self._addresses.get(address, 0) >= self.per_address:
+            raise CallerLimit(
+                f"this address has {self.per_address} AG-UI runs and room streams open "
+                "already (ALICIA_AGUI_MAX_PER_ADDRESS); close one and try again"
+            )
         if self._kinds[kind] >= self.per_kind:
             what = "runs" if kind == "run" else "room streams"
             raise ServerBusy(f"too many {what} at once; try again")
         self._callers[identity] = self._callers.get(identity, 0) + 1
+        if address:
+            self._addresses[address] = self._addresses.get(address, 0) + 1
         self._kinds[kind] += 1
-        return Slot(self, identity, kind)
+        return Slot(self, identity, kind, address)
 
     def _free(self, slot: Slot) -> None:
         self._kinds[slot.kind] -= 1
-        left = self._callers[slot.identity] - 1
-        if left:
-            self._callers[slot.identity] = left
-        else:
-            del self._callers[slot.identity]
+        _drop(self._callers, slot.identity)
+        if slot.address:
+            _drop(self._addresses, slot.address)
+
+
+def _drop(held: dict[str, int], key: str) -> None:
+    """One slot fewer for ``key`` (forgotten at none)."""
+    left = held[key] - 1
+    if left:
+        held[key] = left
+    else:
+        del held[key]

@@ -34,12 +34,24 @@ from .participants import InvalidState, Visibility
 from .sink import META_SENT, ConversationStore, Fenced, StepSink
 from .transport import Transport, TransportError
 
-__all__ = ["MAX_REPLAY_GAP", "Outbox", "ReplayBudget", "ReplayGap", "Tenure"]
+__all__ = [
+    "MAX_REPLAY_GAP",
+    "SUMMARY_REMARK",
+    "Outbox",
+    "ReplayBudget",
+    "ReplayGap",
+    "Tenure",
+    "entitled",
+]
 
 logger = logging.getLogger("alicia.conversation")
 
 MAX_REPLAY_GAP: Final = 1000
 """Server envelopes a resuming client may have missed at most."""
+SUMMARY_REMARK: Final = "remark:summary"
+"""The level an envelope made from the reasoning at the ``summary`` level is sent and
+kept at (a spoken remark's Commentary): only participants granted ``summary`` or
+``full`` get it, live or replayed."""
 DURABLE_TIMEOUT_S: Final = 2.0
 """Longest wait for storage before an envelope leaves anyway (the database is down:
 the conversation goes on; a takeover may then miss what was not stored)."""
@@ -75,9 +87,19 @@ class _Kept:
     data: bytes
     to: tuple[str, ...] | None
     """Recipients; ``None`` = every client in the room."""
-    level: Visibility | None
-    """The reasoning level of a ReasoningStep (replayed only to clients of that level);
-    ``None`` for every other type."""
+    level: str | None
+    """The reasoning level of a ReasoningStep (replayed only to clients of that level),
+    :data:`SUMMARY_REMARK`, or ``None`` for every other type."""
+
+
+def entitled(level: str | None, step_level: Visibility | None, visibility: Visibility) -> bool:
+    """An envelope sent at ``level`` may go to a participant who gets steps at
+    ``step_level`` and is granted ``visibility``."""
+    if level is None:
+        return True
+    if level == SUMMARY_REMARK:
+        return visibility in ("full", "summary")
+    return level == step_level
 
 
 class Outbox:
@@ -132,14 +154,16 @@ class Outbox:
         meta: dict[str, Any] | None = None,
         everyone: bool = False,
         store: bool = True,
-        level: Visibility | None = None,
+        level: str | None = None,
         store_meta: dict[str, Any] | None = None,
     ) -> None:
         """Number, store, keep and send one envelope (to nobody if ``to`` is empty).
 
-        ``everyone``: ``to`` is every client in the room; a resuming client gets it too.
+        ``everyone``: ``to`` is every client in the room; a resuming client gets it too
+        (if :func:`entitled` to ``level``).
         ``store``: hand it to the sink (a step's other renditions are not stored again).
-        ``level``: the reasoning level of a ReasoningStep rendition.
+        ``level``: the reasoning level of a ReasoningStep rendition, or
+        :data:`SUMMARY_REMARK`.
         ``store_meta``: meta for the stored copy only (analytics), never sent.
         """
         async with self.lock:
@@ -155,7 +179,7 @@ class Outbox:
         *,
         everyone: bool = False,
         store: bool = True,
-        level: Visibility | None = None,
+        level: str | None = None,
         store_meta: dict[str, Any] | None = None,
     ) -> None:
         """:meth:`send` with :attr:`lock` already held."""
@@ -196,7 +220,7 @@ class Outbox:
         env: Envelope[Any],
         data: bytes,
         to: tuple[str, ...] | None,
-        level: Visibility | None,
+        level: str | None,
         rows: bool,
         store_meta: dict[str, Any] | None,
     ) -> None:
@@ -215,7 +239,10 @@ class Outbox:
             if self.seal_sent is None:
                 return
             sent["sealed"] = self.seal_sent(data)
-            body = msgspec.structs.replace(body, content="", encrypted_value=None)
+            if level == SUMMARY_REMARK:  # a remark made from a summary: sealed too
+                body = msgspec.structs.replace(body, content="")
+            else:
+                body = msgspec.structs.replace(body, content="", encrypted_value=None)
         else:
             sent["data"] = data
         meta = {**(env.meta or {}), **(store_meta or {}), META_SENT: sent}
@@ -270,12 +297,14 @@ class Outbox:
         identity: str,
         level: Visibility | None,
         *,
+        visibility: Visibility,
         max_bytes: int,
         kept_only: bool = False,
     ) -> list[bytes]:
         """The kept envelopes after ``seen`` addressed to ``identity`` (steps only of its
-        ``level``); raises :class:`ReplayGap` when they cannot all be replayed
-        (``kept_only``: whatever is kept, no checks). Call with :attr:`lock` held."""
+        ``level``, remarks only if ``visibility`` is :func:`entitled` to them); raises
+        :class:`ReplayGap` when they cannot all be replayed (``kept_only``: whatever is
+        kept, no checks). Call with :attr:`lock` held."""
         last = self.last
         if kept_only:
             return [
@@ -283,7 +312,7 @@ class Outbox:
                 for k in self._kept
                 if k.seq > seen
                 and (k.to is None or identity in k.to)
-                and (k.level is None or k.level == level)
+                and entitled(k.level, level, visibility)
             ]
         if seen > last:
             raise ReplayGap(f"server message {seen} was never sent here (last is {last})")
@@ -297,7 +326,7 @@ class Outbox:
             for k in self._kept
             if k.seq > seen
             and (k.to is None or identity in k.to)
-            and (k.level is None or k.level == level)
+            and entitled(k.level, level, visibility)
         ]
         size = sum(len(d) for d in replay)
         if size > max_bytes:

@@ -59,6 +59,7 @@ __all__ = [
     "TurnRequest",
     "Visibility",
     "WrongConversation",
+    "is_operator",
     "visibility_of",
 ]
 
@@ -75,6 +76,13 @@ OPERATOR_GRANT: Final = "alicia.operator"
 regenerate anyone's turns: value ``true``. Honoured only from participants that cannot
 update their own attributes."""
 _TRUE: Final = frozenset({"true", "1", "yes"})
+
+
+def is_operator(peer: Peer) -> bool:
+    """``peer`` holds the operator grant (:data:`OPERATOR_GRANT`) from a trusted attribute."""
+    value = peer.grant(OPERATOR_GRANT)
+    return value is not None and value.strip().lower() in _TRUE
+
 
 REASONING_FEATURES: Final = frozenset({Feature.REASONING_STEP_DISPLAY, Feature.REASONING_STEPS})
 """Either name asks for ReasoningSteps (PROTOCOL.md §4.8)."""
@@ -277,8 +285,7 @@ class Participant:
     @property
     def operator(self) -> bool:
         """Holds the operator grant (:data:`OPERATOR_GRANT`) from a trusted attribute."""
-        value = self.peer.grant(OPERATOR_GRANT)
-        return value is not None and value.strip().lower() in _TRUE
+        return is_operator(self.peer)
 
     def drop_queued(self, user_id: str) -> bool:
         """Remove the waiting (not yet started) turn for ``user_id``; True if there was one."""

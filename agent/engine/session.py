@@ -401,7 +401,9 @@ class ProtocolSession:
             return
         p = self.participant(item.sender, item.peer)
         size = len(item.text.encode())
-        if not p.packets.take():
+        if item.refused is not None:
+            await self.error(p, item.refused)
+        elif not p.packets.take():
             await self.error(p, Overloaded("too many messages: slow down"))
         elif size > TEXT_BUDGET_BYTES:
             await self.error(p, PacketTooLarge(size, TEXT_BUDGET_BYTES))
@@ -485,7 +487,9 @@ class ProtocolSession:
                 if out.store is not None and not out.covers(seen):
                     replay = await replay_stored(self, seen, p, max_bytes=budget)
                 else:
-                    replay = out.replay(seen, p.identity, p.step_level, max_bytes=budget)
+                    replay = out.replay(
+                        seen, p.identity, p.step_level, visibility=p.visibility, max_bytes=budget
+                    )
             except ReplayBudget:
                 self.refuse("replay_budget", p.identity)
                 raise

@@ -24,7 +24,7 @@ from typing import Protocol
 from alicia.protocol import AssistantMessage, AssistantSentence, error_body, new_id
 from alicia.protocol import ids as id_prefix
 
-from .outbox import MAX_REPLAY_GAP, Outbox, ReplayBudget, ReplayGap
+from .outbox import MAX_REPLAY_GAP, Outbox, ReplayBudget, ReplayGap, entitled
 from .participants import Participant, TurnCut
 from .sealing import ReasoningSealer
 from .sink import StoredTurn
@@ -176,7 +176,7 @@ async def replay_stored(
         newest = max(newest, r.stanza)
         if r.to is not None and p.identity not in r.to:
             continue
-        if r.level is not None and r.level != p.step_level:
+        if not entitled(r.level, p.step_level, p.visibility):
             continue
         data = r.data
         if data is None and r.sealed is not None:
@@ -189,7 +189,14 @@ async def replay_stored(
         replay.append(data)
         size += len(data)
     # What was sent but not yet stored (the database was slow) is still in memory.
-    memory = out.replay(newest, p.identity, p.step_level, max_bytes=max_bytes, kept_only=True)
+    memory = out.replay(
+        newest,
+        p.identity,
+        p.step_level,
+        visibility=p.visibility,
+        max_bytes=max_bytes,
+        kept_only=True,
+    )
     size += sum(len(d) for d in memory)
     if size > max_bytes:
         raise ReplayBudget(

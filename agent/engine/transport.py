@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from alicia.protocol import ProtocolError
+
 __all__ = [
     "UNKNOWN_PEER",
     "Incoming",
@@ -85,6 +87,9 @@ class Typed:
     sender: str
     text: str
     peer: Peer = UNKNOWN_PEER
+    refused: ProtocolError | None = None
+    """The front end refused the input (too many open, too slow, too fast): ``text`` is
+    empty and the sender gets this error."""
 
 
 Incoming = Packet | Left | Typed

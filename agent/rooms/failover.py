@@ -78,7 +78,7 @@ class Hold:
         self.keeper = keeper
         self.room = room
         self.identity = identity
-        self.fence = Fence(room, epoch)
+        self.fence = Fence(room, epoch, identity)
         self.lost = asyncio.Event()
         """Set once another agent holds the room: leave it at once."""
         self.suspect = False

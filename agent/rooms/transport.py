@@ -25,12 +25,13 @@ from typing import Any, Final
 
 from livekit import rtc
 
+from alicia.agent.engine.participants import Overloaded, TokenBucket
 from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError, Typed
-from alicia.protocol import DATA_TOPIC, TEXT_BUDGET_BYTES
+from alicia.protocol import DATA_TOPIC, PROTOCOL_ATTRIBUTE, TEXT_BUDGET_BYTES, ProtocolError
 
 from .ffi_routing import publish, route_room
 
-__all__ = ["RoomTransport"]
+__all__ = ["RoomTransport", "announce", "peer_of"]
 
 logger = logging.getLogger("alicia.transport")
 
@@ -38,6 +39,13 @@ DEFAULT_MAX_PENDING: Final = 4096
 _CHAT_READ_LIMIT: Final = TEXT_BUDGET_BYTES + 1
 """Bytes of one chat message read at most: one more than a user turn may hold, so the
 session refuses what is longer (the rest of the stream is not read)."""
+CHAT_OPEN_PER_SENDER: Final = 4
+"""Chat streams one participant may have open at once; more are refused as they open."""
+CHAT_DEADLINE_S: Final = 15.0
+"""A chat message must be whole within this many seconds of its stream opening."""
+CHAT_OPENS_PER_S: Final = 2.0
+CHAT_OPENS_BURST: Final = 10
+"""Chat streams a participant may open per second (after a burst): charged as each opens."""
 
 
 _KINDS: Final = {
@@ -64,6 +72,20 @@ def peer_of(participant: rtc.RemoteParticipant) -> Peer:
         attributes=participant.attributes,
         can_update_own_attributes=bool(can_update),
     )
+
+
+async def announce(room: rtc.Room, attributes: dict[str, str] | None = None) -> None:
+    """Tell the room's clients this agent speaks the protocol (``alicia.protocol=1``;
+    they trust no other agent), with ``attributes`` too.
+
+    livekit-server batches the join of a participant that publishes no track and tells
+    the others every 3 s; an attribute change is sent at once, with the join. So clients
+    (and a client following a takeover) see the agent about 3 s sooner. A token without
+    ``canUpdateOwnMetadata`` cannot set it: logged."""
+    try:
+        await room.local_participant.set_attributes({PROTOCOL_ATTRIBUTE: "1", **(attributes or {})})
+    except Exception:
+        logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
 
 
 class _State(enum.Enum):
@@ -98,6 +120,10 @@ class RoomTransport:
         self._topic = topic
         self._chat_topic = chat_topic
         self._readers: set[asyncio.Task[None]] = set()
+        self._chats_open: dict[str, int] = {}
+        """Sender -> its chat streams being read."""
+        self._chat_opens: dict[str, TokenBucket] = {}
+        """Sender -> its budget of chat streams to open (forgotten when it leaves)."""
         self._max_pending = max_pending
         self._queue: asyncio.Queue[Incoming | object] = asyncio.Queue()
         self._state = _State.NEW
@@ -192,26 +218,53 @@ class RoomTransport:
         self._queue.put_nowait(Packet(sender.identity, packet.data, peer_of(sender)))
 
     def _on_chat(self, reader: rtc.TextStreamReader, identity: str) -> None:
+        opens = self._chat_opens.get(identity)
+        if opens is None:
+            opens = self._chat_opens[identity] = TokenBucket(CHAT_OPENS_PER_S, CHAT_OPENS_BURST)
+        if not opens.take():
+            reader.close()
+            self._typed(identity, "", Overloaded("too many chat messages: slow down"))
+            return
+        if self._chats_open.get(identity, 0) >= CHAT_OPEN_PER_SENDER:
+            reader.close()
+            refusal = Overloaded(f"at most {CHAT_OPEN_PER_SENDER} chat messages open at once")
+            self._typed(identity, "", refusal)
+            return
+        self._chats_open[identity] = self._chats_open.get(identity, 0) + 1
         task = asyncio.create_task(self._read_chat(reader, identity), name="alicia-chat-read")
         self._readers.add(task)
         task.add_done_callback(self._readers.discard)
 
     async def _read_chat(self, reader: rtc.TextStreamReader, identity: str) -> None:
-        """One chat message, whole (at most :data:`_CHAT_READ_LIMIT` bytes), as typed input
-        from the participant who sent it."""
+        """One chat message, whole (at most :data:`_CHAT_READ_LIMIT` bytes, within
+        :data:`CHAT_DEADLINE_S`), as typed input from the participant who sent it."""
         parts: list[str] = []
         size = 0
         try:
-            async for chunk in reader:
-                parts.append(chunk)
-                size += len(chunk.encode())
-                if size >= _CHAT_READ_LIMIT:
-                    break
+            async with asyncio.timeout(CHAT_DEADLINE_S):
+                async for chunk in reader:
+                    parts.append(chunk)
+                    size += len(chunk.encode())
+                    if size >= _CHAT_READ_LIMIT:
+                        break
+        except TimeoutError:
+            refusal = Overloaded(f"chat message not finished within {CHAT_DEADLINE_S:g} s")
+            self._typed(identity, "", refusal)
+            return
         except Exception as exc:  # the sender left mid-stream, the stream failed
             logger.info("chat message not read", extra={"error": repr(exc)})
             return
         finally:
             reader.close()
+            left = self._chats_open.get(identity, 1) - 1
+            if left > 0:
+                self._chats_open[identity] = left
+            else:
+                self._chats_open.pop(identity, None)
+        self._typed(identity, "".join(parts))
+
+    def _typed(self, identity: str, text: str, refused: ProtocolError | None = None) -> None:
+        """Hand typed input (or its refusal) from ``identity`` to the session."""
         sender = self._room.remote_participants.get(identity)
         if sender is None or self._state is not _State.OPEN:
             self.unattributed += 1
@@ -220,9 +273,10 @@ class RoomTransport:
             self.dropped += 1
             logger.warning("incoming chat message dropped", extra={"dropped": self.dropped})
             return
-        self._queue.put_nowait(Typed(identity, "".join(parts), peer_of(sender)))
+        self._queue.put_nowait(Typed(identity, text, peer_of(sender), refused))
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
+        self._chat_opens.pop(participant.identity, None)
         self._queue.put_nowait(Left(participant.identity))
 
     def _on_disconnected(self, *_: object) -> None:

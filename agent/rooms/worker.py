@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any
 
 from livekit import api, rtc
 from livekit.agents import (
@@ -48,7 +48,7 @@ from .failover import (
 )
 from .ffi_routing import stop_capturing_native_logs
 from .room_loop import shared_room_loop
-from .transport import RoomTransport
+from .transport import RoomTransport, announce
 
 __all__ = ["build_server", "entrypoint"]
 
@@ -226,7 +226,7 @@ async def _serve(room: rtc.Room, settings: Settings) -> None:
             )
             return
     conventions = RoomConventions(room) if settings.lk_conventions else None
-    await _announce(room, conventions.announced() if conventions is not None else {})
+    await announce(room, conventions.announced() if conventions is not None else {})
     sink = await open_sink(
         settings.database_url,
         close_timeout_s=settings.storage_close_timeout_s,
@@ -296,22 +296,6 @@ def _keeper(settings: Settings) -> LeaseKeeper:
         interval_s=settings.heartbeat_interval_s,
         timeout_s=settings.heartbeat_timeout_s,
     )
-
-
-PROTOCOL_ATTRIBUTE: Final = "alicia.protocol"
-"""Attribute the agent sets on itself once it serves the room (value ``1``: Alicia v1)."""
-
-
-async def _announce(room: rtc.Room, attributes: dict[str, str]) -> None:
-    """Make the agent known to the room's clients now (with ``attributes`` too).
-
-    livekit-server batches the join of a participant that publishes no track and tells
-    the others every 3 s; an attribute change is sent at once, with the join. So clients
-    (and a client following a takeover) see the agent about 3 s sooner."""
-    try:
-        await room.local_participant.set_attributes({PROTOCOL_ATTRIBUTE: "1", **attributes})
-    except Exception:  # clients then learn of the agent with the next batch
-        logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
 
 
 async def _run_until_drained(

@@ -17,6 +17,7 @@ from livekit.agents import AgentSession
 from alicia.agent.settings import Settings
 
 from .bridge import ReasoningBridge
+from .host import gate_session_host
 
 __all__ = ["attach_reasoning", "session_settings"]
 
@@ -32,7 +33,9 @@ async def attach_reasoning(
 
     Settings come from the environment as for the worker (``ALICIA_REASONING_VISIBILITY``,
     ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
-    variables are not needed here. The bridge closes with the session.
+    variables are not needed here. The bridge closes with the session. The session's own
+    session host (``lk.agent.session``) then answers each request only to a participant
+    entitled to it (:mod:`alicia.agent.session.host`).
     """
     from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
@@ -48,6 +51,7 @@ async def attach_reasoning(
         conversation_id=conversation_id,
     )
     await bridge.start()
+    await gate_session_host(agent_session, room)
     return bridge
 
 

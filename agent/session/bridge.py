@@ -62,7 +62,7 @@ from alicia.agent.engine.projection import TurnProjection
 from alicia.agent.engine.session import ProtocolSession
 from alicia.agent.engine.sink import StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
-from alicia.agent.rooms.transport import RoomTransport
+from alicia.agent.rooms.transport import RoomTransport, announce
 from alicia.agent.session.progress import ProgressSpeaker, Remark
 from alicia.agent.session.speeches import running_speech
 from alicia.agent.session.spoken import announce_remark, listening_level
@@ -179,6 +179,7 @@ class ReasoningBridge:
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
             asyncio.create_task(self._pump(), name="alicia-bridge-pump"),
         ]
+        await announce(self._room)
 
     async def aclose(self) -> None:
         """Stop following the session, close the protocol session and storage."""
@@ -340,7 +341,9 @@ class ReasoningBridge:
         assert self.session is not None
         turn = self._turns.get(remark.answer.id)
         target = turn.request.user_id if turn is not None and turn.request is not None else None
-        await announce_remark(self.session, remark.text, target, zdr=self._settings.zdr)
+        await announce_remark(
+            self.session, remark.text, target, zdr=self._settings.zdr, level=remark.level
+        )
 
     def _speech(self) -> SpeechHandle | None:
         """The speech whose LLM round is running in this task."""

@@ -58,6 +58,7 @@ from alicia.agent.engine.remarks import (
     RemarkWriter,
     SpokenLevel,
     TopicSentences,
+    speakable,
 )
 from alicia.agent.llm.sentences import sentence_ends
 from alicia.agent.session.speeches import running_speech
@@ -92,10 +93,12 @@ _MAX_TRACKED: Final = 64
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Remark:
-    """One remark as it starts playing: which answer it stands in front of, and its text."""
+    """One remark as it starts playing: which answer it stands in front of, its text, and
+    the level it was made at (``summary``: from the reasoning; ``cue``: not)."""
 
     answer: SpeechHandle
     text: str
+    level: SpokenLevel = "cue"
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -382,6 +385,9 @@ class ProgressSpeaker:
                 first = a.quiet_since is None  # the first remark acknowledges: a cue
                 summary = a.summary if a.summary not in a.said and not first else None
                 text = a.writer.next(summary=summary, tool=a.tool, level=self._level())
+                made: SpokenLevel = (
+                    "summary" if summary is not None and text == speakable(summary) else "cue"
+                )
                 if summary is not None:
                     a.said.add(summary)
                 a.tool = None
@@ -392,16 +398,26 @@ class ProgressSpeaker:
                     return
                 if first and not await _still_reasoning(a, box.at):
                     return
+                if made == "summary" and self._level() != "summary":
+                    continue  # someone granted less joined meanwhile: a cue instead
                 started = time.monotonic()
                 texts.put_nowait(text)
-                self._on_remark(Remark(a.handle, text))
+                self._on_remark(Remark(a.handle, text, made))
+                stopped = False
                 for frame in frames:
                     if a.ready.is_set():
+                        break
+                    if made == "summary" and self._level() != "summary":
+                        stopped = True  # someone granted less joined: not a word more
                         break
                     yield frame
                 if a.ready.is_set():
                     self._cut(box.handle)
                     return
+                if stopped:
+                    logger.info("summary remark stopped: a listener granted less joined")
+                    a.quiet_since = due = time.monotonic()
+                    continue
                 duration = sum(f.duration for f in frames)
                 a.quiet_since = started + duration
                 due = a.quiet_since + self._gap_s

@@ -2,8 +2,9 @@
 
 * :func:`listening_level`: the most every listener in the room may hear (cues or
   summaries), from their grants;
-* :func:`announce_remark`: a remark being spoken, as a Commentary (type 15) to every
-  protocol client, stored as spoken (under zero data retention only sealed).
+* :func:`announce_remark`: a remark being spoken, as a Commentary (type 15) to the
+  protocol clients entitled to its level, stored as spoken (under zero data retention
+  only sealed).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 import msgspec
 from livekit import rtc
 
+from alicia.agent.engine.outbox import SUMMARY_REMARK, entitled
 from alicia.agent.engine.participants import REASONING_GRANT, Visibility, visibility_of
 from alicia.agent.engine.remarks import SpokenLevel, spoken_level
 from alicia.agent.engine.session import ProtocolSession
@@ -36,9 +38,16 @@ def listening_level(room: rtc.Room, default: Visibility) -> SpokenLevel:
 
 
 async def announce_remark(
-    session: ProtocolSession, text: str, target: str | None, *, zdr: bool
+    session: ProtocolSession,
+    text: str,
+    target: str | None,
+    *,
+    zdr: bool,
+    level: SpokenLevel = "cue",
 ) -> None:
-    """Announce a remark being spoken (``target``: the user message it answers). It is
+    """Announce a remark being spoken (``target``: the user message it answers), made at
+    ``level``: a cue goes to every protocol client; a remark made from the reasoning
+    (``summary``) only to those granted ``summary`` or ``full``, live and on replay. It is
     stored like a step: as it is, or under zero data retention only sealed with the
     conversation's data key (a store-only copy)."""
     body = Commentary(
@@ -50,7 +59,13 @@ async def announce_remark(
         comment_type=REMARK_TYPE,
         timestamp=int(time.time() * 1000),
     )
-    await session.outbox.send(body, session.clients(), everyone=True, store=not zdr)
+    kept_at = SUMMARY_REMARK if level == "summary" else None
+    to = [
+        p.identity
+        for p in session.participants.values()
+        if p.active and entitled(kept_at, p.step_level, p.visibility)
+    ]
+    await session.outbox.send(body, to, everyone=True, store=not zdr, level=kept_at)
     if zdr and session.data_sealer is not None:
         sealed = session.data_sealer.seal(session.id, text, knd="remark", ref=body.id)
         kept = msgspec.structs.replace(body, content="")

@@ -7,7 +7,8 @@ One row per room (conversation) in ``alicia_agents``:
   newcomer must leave (so a late second dispatch never makes two agents serve a room);
 * its worker **renews** every lease it holds at once, every heartbeat interval
   (:meth:`Leases.beat`, one statement per worker process);
-* a clean leave **releases** the row (:meth:`Leases.release`);
+* a clean leave **releases** the room (:meth:`Leases.release`): the row stays, with no
+  agent, so the room's next claim raises its epoch again;
 * the watcher finds the leases nobody renews (:meth:`Leases.stale`) and, for a room that
   still has clients, takes the **dispatch decision** in the database
   (:meth:`Leases.begin_dispatch`): under a per-room lock (PostgreSQL advisory lock; SQLite
@@ -19,16 +20,19 @@ seconds of the database), so hosts whose clocks differ agree on which lease is s
 :class:`Lease` read back gives them on the reader's clock.
 
 **Fencing.** Each claim raises the row's ``epoch``; the agent holds the epoch it claimed.
-Its renewals (:meth:`Leases.beat`) and every write of its storage writer
-(:func:`fence_check`, in the writer's transaction) are conditional on it: once another
-agent has claimed the room, the old one renews nothing and writes nothing.
+An epoch never repeats for a room: a release or a forgotten dead lease clears the row's
+agent and keeps its epoch (a deleted row would start again at 1, and an agent stopped at
+epoch 1 would pass its check once a third agent claimed the room). Its renewals
+(:meth:`Leases.beat`) and every write of its storage writer (:func:`fence_check`, in the
+writer's transaction) are conditional on the epoch and on the agent's identity: once
+another agent has claimed the room, the old one renews nothing and writes nothing.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import ColumnElement, delete, literal_column, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -43,6 +47,16 @@ from .migrate import migrate_once
 from .tables import agent_leases as LEASES
 
 __all__ = ["Fence", "Lease", "Leases", "fence_check", "fence_check_pg"]
+
+_VACANT: Final = {
+    "agent_identity": None,
+    "worker_id": None,
+    "heartbeat_at": 0.0,
+    "dispatched_at": None,
+    "accepted_at": None,
+}
+"""A lease row with no agent: what a release or a forgotten dead lease leaves (the epoch
+stays)."""
 
 _PG_NOW = "extract(epoch from clock_timestamp())::float8"
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -72,18 +86,23 @@ class Lease:
 
 @dataclass(slots=True)
 class Fence:
-    """What one agent's writes are conditional on: ``room``'s lease still at ``epoch``.
+    """What one agent's writes are conditional on: ``room``'s lease still at ``epoch``,
+    held by ``identity`` (when given).
 
     ``epoch`` None: not claimed (the database was away when the agent started), so
     nothing is fenced yet."""
 
     room: str
     epoch: int | None = None
+    identity: str | None = None
 
 
-def _fenced(fence: Fence, epoch: Any) -> None:
+def _fenced(fence: Fence, row: Any) -> None:
+    epoch, identity = (None, None) if row is None else (row[0], row[1])
     if epoch is None or int(epoch) != fence.epoch:
         raise Fenced(f"room {fence.room}: lease epoch {fence.epoch} was superseded ({epoch})")
+    if fence.identity is not None and identity != fence.identity:
+        raise Fenced(f"room {fence.room}: lease epoch {fence.epoch} is no longer this agent's")
 
 
 async def fence_check(conn: AsyncConnection, fence: Fence | None, *, postgres: bool) -> None:
@@ -91,20 +110,22 @@ async def fence_check(conn: AsyncConnection, fence: Fence | None, *, postgres: b
     stays share-locked until the transaction ends, so a claim waits for it."""
     if fence is None or fence.epoch is None:
         return
-    query = select(LEASES.c.epoch).where(LEASES.c.conversation_id == fence.room)
+    c = LEASES.c
+    query = select(c.epoch, c.agent_identity).where(c.conversation_id == fence.room)
     if postgres:
         query = query.with_for_update(read=True)
-    _fenced(fence, await conn.scalar(query))
+    _fenced(fence, (await conn.execute(query)).first())
 
 
 async def fence_check_pg(apg: Any, fence: Fence | None) -> None:
     """:func:`fence_check` on a raw asyncpg connection (the writer's fast path)."""
     if fence is None or fence.epoch is None:
         return
-    epoch = await apg.fetchval(
-        "SELECT epoch FROM alicia_agents WHERE conversation_id = $1 FOR SHARE", fence.room
+    row = await apg.fetchrow(
+        "SELECT epoch, agent_identity FROM alicia_agents WHERE conversation_id = $1 FOR SHARE",
+        fence.room,
     )
-    _fenced(fence, epoch)
+    _fenced(fence, row)
 
 
 def _lease(row: Any) -> Lease:
@@ -262,38 +283,51 @@ class Leases:
         return held is None
 
     async def release(self, room: str, identity: str) -> None:
-        """``identity`` no longer serves ``room`` (a clean leave): its own entry only."""
+        """``identity`` no longer serves ``room`` (a clean leave): its own entry only. The
+        row keeps its epoch (see the module docstring)."""
         engine = await self._ready()
         c = LEASES.c
-        statement = delete(LEASES).where(c.conversation_id == room, c.agent_identity == identity)
+        statement = (
+            update(LEASES)
+            .where(c.conversation_id == room, c.agent_identity == identity)
+            .values(**_VACANT)
+        )
         async with _mapped(), engine.begin() as conn:
             await conn.execute(statement)
 
     async def forget(self, room: str, timeout_s: float, grace_s: float) -> bool:
-        """Delete ``room``'s lease if it is dead (not renewed within ``timeout_s``, no
-        dispatch within ``grace_s``): the room is gone or has nobody left to serve."""
+        """Clear ``room``'s lease if it is dead (not renewed within ``timeout_s``, no
+        dispatch within ``grace_s``): the room is gone or has nobody left to serve. The
+        row keeps its epoch."""
         engine = await self._ready()
         c = LEASES.c
-        statement = delete(LEASES).where(
-            c.conversation_id == room,
-            c.heartbeat_at < self._now - timeout_s,
-            c.dispatched_at.is_(None) | (c.dispatched_at < self._now - grace_s),
+        statement = (
+            update(LEASES)
+            .where(
+                c.conversation_id == room,
+                c.agent_identity.is_not(None),
+                c.heartbeat_at < self._now - timeout_s,
+                c.dispatched_at.is_(None) | (c.dispatched_at < self._now - grace_s),
+            )
+            .values(**_VACANT)
         )
         async with _mapped(), engine.begin() as conn:
             result = await conn.execute(statement)
         return bool(result.rowcount)
 
     async def sweep(self, older_than_s: float) -> int:
-        """Delete dispatch marks no agent ever claimed, older than ``older_than_s`` (a
-        dispatch that failed in a room that is gone); how many."""
+        """Clear dispatch marks no agent claimed, older than ``older_than_s`` (a dispatch
+        that failed in a room that is gone); how many. A row never claimed goes; a claimed
+        one keeps its epoch."""
         engine = await self._ready()
         c = LEASES.c
-        statement = delete(LEASES).where(
-            c.agent_identity.is_(None), c.dispatched_at < self._now - older_than_s
-        )
+        unclaimed = c.agent_identity.is_(None), c.dispatched_at < self._now - older_than_s
         async with _mapped(), engine.begin() as conn:
-            result = await conn.execute(statement)
-        return int(result.rowcount or 0)
+            gone = await conn.execute(delete(LEASES).where(*unclaimed, c.epoch == 0))
+            kept = await conn.execute(
+                update(LEASES).where(*unclaimed).values(dispatched_at=None, accepted_at=None)
+            )
+        return int(gone.rowcount or 0) + int(kept.rowcount or 0)
 
     async def begin_dispatch(self, room: str, timeout_s: float, grace_s: float) -> bool:
         """Decide, once for every watcher, to dispatch an agent to ``room``.

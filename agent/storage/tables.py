@@ -375,7 +375,8 @@ class SentLog(Base):
     recipients: Mapped[Any | None] = mapped_column(Json)
     """Identities it went to; NULL = every client in the room."""
     level: Mapped[str | None]
-    """Reasoning level of a ReasoningStep rendition."""
+    """Reasoning level of a ReasoningStep rendition, or ``remark:summary`` (a remark made
+    from the reasoning: replayed only to participants granted summary or full)."""
     data: Mapped[bytes | None] = mapped_column(LargeBinary)
     """The bytes as sent (NULL when only ``sealed`` is kept)."""
     sealed: Mapped[str | None]

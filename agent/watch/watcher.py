@@ -339,8 +339,9 @@ class Watcher:
             logger.exception("dispatch not followed", extra={"room": room})
 
     async def _forget(self, room: str) -> None:
-        """Delete the dead lease of a room that is gone or has nobody to serve."""
+        """Clear the dead lease of a room that is gone or has nobody to serve (its row and
+        epoch stay)."""
         s = self.settings
         with contextlib.suppress(Exception):
             if await self.leases.forget(room, s.heartbeat_timeout_s, s.dispatch_grace_s):
-                logger.info("dead lease removed", extra={"room": room})
+                logger.info("dead lease cleared", extra={"room": room})

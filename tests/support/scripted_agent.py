@@ -25,6 +25,7 @@ from livekit import api, rtc
 from alicia.harness import LiveKitServer
 from alicia.protocol import (
     DATA_TOPIC,
+    PROTOCOL_ATTRIBUTE,
     Acknowledgement,
     AssistantSentence,
     Configuration,
@@ -224,8 +225,10 @@ async def scripted_agent(
         .with_kind(kind)
         .with_grants(grants)
     )
+    attributes = {PROTOCOL_ATTRIBUTE: "1"}  # it speaks the protocol (clients check)
     if agent_name is not None:
-        token = token.with_attributes({"lk.agent_name": agent_name})
+        attributes["lk.agent_name"] = agent_name
+    token = token.with_attributes(attributes)
     r = rtc.Room()
     await r.connect(server.url, token.to_jwt())
     agent = ScriptedAgent(r, script or Script(), after=after)

@@ -266,7 +266,10 @@ export class ReasoningClient {
     );
     this.listen(RoomEvent.ParticipantConnected, (p: RemoteParticipant) => this.onParticipant(p));
     this.listen(RoomEvent.ParticipantDisconnected, () => this.checkAgent());
-    this.listen(RoomEvent.ParticipantAttributesChanged, () => this.checkAgent());
+    // An agent announces the protocol with an attribute, often just after it joined.
+    this.listen(RoomEvent.ParticipantAttributesChanged, (_changed: unknown, p: Participant) =>
+      p === this.room.localParticipant ? this.checkAgent() : this.onParticipant(p),
+    );
     this.listen(RoomEvent.Disconnected, () => this.setState({ status: "error", error: "disconnected" }));
     if (this.room.state !== ConnectionState.Connected) {
       await new Promise<void>((resolve) => this.listen(RoomEvent.Connected, () => resolve()));

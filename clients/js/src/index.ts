@@ -17,7 +17,13 @@ export {
 } from "./codec";
 export * from "./messages";
 export { type ReasoningLevel, featuresFor, grantedLevel, newId } from "./ids";
-export { AGENT_NAME_ATTRIBUTE, AgentTrust, type ParticipantLike, ServerSequence } from "./trust";
+export {
+  AGENT_NAME_ATTRIBUTE,
+  AgentTrust,
+  PROTOCOL_ATTRIBUTE,
+  type ParticipantLike,
+  ServerSequence,
+} from "./trust";
 export { type ToolCall, type Turn, TurnAssembler, type TurnEvent, type TurnStatus } from "./turns";
 export {
   type AgentState,

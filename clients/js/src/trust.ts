@@ -3,8 +3,10 @@
 // client/sequence.py).
 //
 // Trust goes to one participant (identity and sid), never to an identity: kind AGENT (set
-// by the token, which only the API secret can mint), with an agent name only one whose
-// lk.agent_name attribute (put in its token by livekit-server at dispatch) is that name. A
+// by the token, which only the API secret can mint) that announces the Alicia protocol
+// (its alicia.protocol attribute is "1": an avatar or another framework's agent in the room
+// is not ours), with an agent name only one whose lk.agent_name attribute (put in its
+// token by livekit-server at dispatch) is that name. A
 // standard participant joining under the agent's identity (livekit-server then removes the
 // real agent as a duplicate) never gains trust. livekit-client reuses the departed agent's
 // Participant object for the newcomer of the same identity (new sid and attributes, but
@@ -16,6 +18,8 @@
 import { ParticipantKind } from "livekit-client";
 
 export const AGENT_NAME_ATTRIBUTE = "lk.agent_name";
+/** The attribute an Alicia agent sets on itself once it serves the room (value "1"). */
+export const PROTOCOL_ATTRIBUTE = "alicia.protocol";
 
 /** What trust reads of a livekit-client Participant. */
 export interface ParticipantLike {
@@ -41,9 +45,11 @@ export class AgentTrust<P extends ParticipantLike = ParticipantLike> {
     if (!this.kinds.has(p.sid)) this.kinds.set(p.sid, p.kind);
   }
 
-  /** `p` may speak for the agent: kind AGENT when it joined, and the name if required. */
+  /** `p` may speak for the agent: kind AGENT when it joined, announcing the protocol, and
+   * of the agent name if one is required. */
   matches(p: P): boolean {
     if (this.kinds.get(p.sid) !== ParticipantKind.AGENT) return false;
+    if (p.attributes[PROTOCOL_ATTRIBUTE] !== "1") return false;
     return !this.agentName || p.attributes[AGENT_NAME_ATTRIBUTE] === this.agentName;
   }
 

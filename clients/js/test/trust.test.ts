@@ -29,7 +29,40 @@ const person = (identity: string, kind = ParticipantKind.AGENT, name?: string): 
   identity,
   sid: `PA_${++sids}`,
   kind,
-  attributes: name ? { "lk.agent_name": name } : {},
+  attributes: {
+    ...(name ? { "lk.agent_name": name } : {}),
+    ...(kind === ParticipantKind.AGENT ? { "alicia.protocol": "1" } : {}),
+  },
+});
+/** An agent of another kind in the room (an avatar, another framework's agent). */
+const avatar = (identity: string): FakeParticipant => ({ ...person(identity), attributes: {} });
+
+test("without an agent name, only an agent that announces the protocol is trusted, and ours again when it returns", () => {
+  const present = new Map<string, FakeParticipant>();
+  const trust = new AgentTrust<FakeParticipant>();
+  const ours = person("agent-a");
+  const other = avatar("avatar-1");
+  for (const p of [other, ours]) present.set(p.identity, p);
+  assert.equal(trust.offer(other, present), false);
+  assert.equal(trust.offer(ours, present), true);
+  // Ours leaves: the avatar does not become "the agent".
+  present.delete(ours.identity);
+  assert.equal(trust.leave(present), true);
+  assert.equal(trust.successor(present), undefined);
+  assert.equal(trust.offer(other, present), false);
+  // Ours returns (a new sid): trusted again.
+  const back = person("agent-a");
+  present.set(back.identity, back);
+  assert.equal(trust.offer(back, present), true);
+  assert.ok(trust.trusts(back) && !trust.trusts(other));
+  // An agent whose announcement comes after it joined is trusted once it comes.
+  const late = { ...avatar("agent-b") };
+  present.delete(back.identity);
+  trust.leave(present);
+  present.set(late.identity, late);
+  assert.equal(trust.offer(late, present), false);
+  late.attributes = { "alicia.protocol": "1" };
+  assert.equal(trust.offer(late, present), true);
 });
 
 test("only a participant of kind AGENT (and of the agent name) is trusted, by sid", () => {

@@ -28,8 +28,11 @@ from pathlib import Path
 
 import pytest
 from livekit import api
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from alicia.agent.engine.sink import Fenced
 from alicia.agent.rooms import failover
+from alicia.agent.storage.leases import Fence, fence_check
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ErrorMessage, ReasoningStep, decode, new_id
@@ -215,7 +218,41 @@ async def test_release_removes_only_its_own_agent_s_entry(
         assert time.time() - lease.heartbeat_at < 0.5
         assert not new.lost.is_set()
         await keeper.release(new)
-        assert await keeper.leases.get("room-r") is None
+        lease = await keeper.leases.get("room-r")  # vacant, its epoch kept
+        assert lease is not None and lease.agent_identity is None
+        assert lease.epoch == new.fence.epoch
+
+
+async def test_an_epoch_never_repeats_so_a_stopped_agent_stays_fenced(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A holds the room and is stopped; B takes it over and leaves cleanly; C claims it.
+    A's writes are refused: C's epoch is new, and the fence names the holder too."""
+    url = await new_database("postgres", postgres_server, tmp_path, "epochs")
+    async with open_leases(url) as leases:
+        a = await leases.claim("room-e", "agent-a", "w-a", 0.5)
+        await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")  # A is stopped
+        b = await leases.claim("room-e", "agent-b", "w-b", 0.5)
+        await leases.release("room-e", "agent-b")
+        c = await leases.claim("room-e", "agent-c", "w-c", 0.5)
+        assert a is not None and b is not None and c is not None
+        assert a < b < c, (a, b, c)
+        assert await leases.beat("w-a", {"room-e": a}) == set()
+        engine = create_async_engine(url)
+        try:
+            async with engine.begin() as conn:
+                with pytest.raises(Fenced):
+                    await fence_check(conn, Fence("room-e", a, "agent-a"), postgres=True)
+                await fence_check(conn, Fence("room-e", c, "agent-c"), postgres=True)
+                with pytest.raises(Fenced):  # the epoch alone does not make a holder
+                    await fence_check(conn, Fence("room-e", c, "agent-a"), postgres=True)
+        finally:
+            await engine.dispose()
+        # A dead lease forgotten by the watcher keeps its epoch too.
+        await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")
+        assert await leases.forget("room-e", 0.5, 0.0)
+        d = await leases.claim("room-e", "agent-d", "w-d", 0.5)
+        assert d is not None and d > c
 
 
 async def test_a_stalled_loop_sends_nothing_until_its_lease_is_confirmed(
@@ -280,7 +317,7 @@ async def test_dispatch_marks_nobody_claimed_are_swept(
         assert await leases.get("room-fresh") is not None
 
 
-async def test_the_watcher_deletes_dead_leases_of_rooms_that_are_gone(
+async def test_the_watcher_clears_dead_leases_of_rooms_that_are_gone(
     livekit: LiveKitServer,
     postgres_server: PostgresServer,
     watch_port: int,
@@ -292,9 +329,9 @@ async def test_the_watcher_deletes_dead_leases_of_rooms_that_are_gone(
         await execute(url, "UPDATE alicia_agents SET heartbeat_at = heartbeat_at - 60")
         async with running_watcher(livekit, url, port=watch_port) as watcher:
             async with asyncio.timeout(15):
-                while await leases.get("room-that-never-was") is not None:
+                while (lease := await leases.get("room-that-never-was")) and lease.agent_identity:
                     await asyncio.sleep(0.2)
-            assert "dead lease removed" in watcher.log(tail=10**8)
+            assert "dead lease cleared" in watcher.log(tail=10**8)
 
 
 def _upload_until_answered(port: int, total: int) -> tuple[int, bytes]:

@@ -1,0 +1,67 @@
+"""A participant, in a process of its own, that opens ``lk.chat`` streams and never ends them.
+
+``python -m tests.e2e.chat_flooder URL TOKEN COUNT``: joins (and sends a Configuration
+until answered: a protocol client gets ErrorMessages), opens COUNT text streams on
+``lk.chat`` (a piece written to each, none closed), prints ``{"opened": COUNT}``, then
+obeys stdin lines: ``report`` prints ``{"errors": [[code, message], ...]}`` (the
+ErrorMessages the agent sent it so far), ``say TEXT`` sends TEXT as one whole chat
+message; end of input leaves. Its own process, so that its work (a thousand streams) does
+not slow the test's other clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from typing import Any
+
+from livekit import rtc
+from livekit.agents.types import TOPIC_CHAT
+
+from alicia.protocol import DATA_TOPIC, Configuration, ErrorMessage, decode, encode, envelope
+
+
+async def main(url: str, token: str, count: int) -> None:
+    room = rtc.Room()
+    errors: list[list[Any]] = []
+    configured = asyncio.Event()
+
+    def on_data(packet: rtc.DataPacket) -> None:
+        if packet.topic != DATA_TOPIC:
+            return
+        env = decode(packet.data)
+        if isinstance(env.body, ErrorMessage):
+            errors.append([env.body.code, env.body.message])
+        elif isinstance(env.body, Configuration):
+            configured.set()
+
+    room.on("data_received", on_data)
+    await room.connect(url, token)
+    # A protocol client too (the agent answers errors to those), once the agent knows it.
+    for stanza in range(1, 31):
+        data = encode(envelope(Configuration(), stanza_id=stanza, conversation_id=room.name))
+        await room.local_participant.publish_data(data, topic=DATA_TOPIC)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(configured.wait(), 1.0)
+            break
+    writers = []
+    for _ in range(count):
+        writer = await room.local_participant.stream_text(topic=TOPIC_CHAT)
+        await writer.write("never finished ")
+        writers.append(writer)
+    print(json.dumps({"opened": len(writers)}), flush=True)
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        command, _, rest = line.strip().partition(" ")
+        if command == "report":
+            print(json.dumps({"errors": errors}), flush=True)
+        elif command == "say":
+            await room.local_participant.send_text(rest, topic=TOPIC_CHAT)
+            print(json.dumps({"said": rest}), flush=True)
+    await room.disconnect()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))

@@ -1,0 +1,127 @@
+"""``lk.chat`` streams that never end cost a room nothing it cannot bound.
+
+The real worker (thread executor: every room in one process, on one loop), two rooms.
+In one, ``mallory`` (a process of its own: ``tests/e2e/chat_flooder.py``) opens 1,000
+``lk.chat`` text streams, writes a piece of each and closes none. The worker reads at
+most ``CHAT_OPEN_PER_SENDER`` of them at once and refuses the rest as they open (an
+Overloaded ErrorMessage, rate-limited); once the deadline has passed, her open streams
+are dropped and a whole message of hers is a turn again. In the other room, ``alice``'s
+turns go on during the flood; the ratio of their times (during / before) is printed (a
+figure, not a promise: ``bench/`` measures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from alicia.agent.rooms.transport import CHAT_DEADLINE_S
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import ErrorMessage, Transcription, new_id
+from tests.e2e.conftest import WORKER_ENV as BASE_ENV
+from tests.e2e.worker import WorkerProcess
+from tests.e2e.worker_client import Client, client, final, of, user_message, worker_log_on_failure
+from tests.paths import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_script")]
+
+LLM_STREAMS = "shared"
+WORKER_ENV = {**BASE_ENV, "ALICIA_JOB_EXECUTOR": "thread", "ALICIA_MAX_ROOMS": "8"}
+FLOOD = 1000
+TURNS = 4
+PACE_S = 0.5
+"""Between alice's turns (her packet rate limit is a user's, not a benchmark's)."""
+
+
+async def turn_seconds(alice: Client, llm: RecordedLLM, room: str) -> float:
+    """One whole turn of alice's: seconds from her UserMessage to the final sentence."""
+    llm.script("plain_no_reasoning")
+    before = len(alice.box)
+    started = time.monotonic()
+    await alice.send(user_message(room, "tell me a fact"))
+    await alice.wait_until(lambda b: final(b[before:]), within=30.0)
+    return time.monotonic() - started
+
+
+async def test_a_thousand_open_chat_streams_are_refused_and_the_other_room_goes_on(
+    livekit_server: LiveKitServer, worker: WorkerProcess, llm: RecordedLLM
+) -> None:
+    quiet, flooded = new_id("conv"), new_id("conv")
+    with worker_log_on_failure(worker):
+        async with (
+            client(livekit_server, quiet, "alice") as alice,
+            client(livekit_server, flooded, "vic") as vic,
+        ):
+            await alice.handshake()
+            await vic.handshake()
+            await turn_seconds(alice, llm, quiet)  # warm
+            calm = []
+            for _ in range(TURNS):
+                calm.append(await turn_seconds(alice, llm, quiet))
+                await asyncio.sleep(PACE_S)
+            mallory = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.e2e.chat_flooder",
+                livekit_server.url,
+                livekit_server.token("mallory", flooded),
+                str(FLOOD),
+                cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert mallory.stdin is not None and mallory.stdout is not None
+
+            async def ask(command: str) -> dict[str, Any]:
+                assert mallory.stdin is not None and mallory.stdout is not None
+                if command:
+                    mallory.stdin.write(command.encode() + b"\n")
+                    await mallory.stdin.drain()
+                line = await asyncio.wait_for(mallory.stdout.readline(), 120)
+                answer: dict[str, Any] = json.loads(line)
+                return answer
+
+            try:
+                flooding = asyncio.create_task(ask(""))
+                during: list[float] = []
+                while not flooding.done() or len(during) < 2:
+                    during.append(await turn_seconds(alice, llm, quiet))
+                    await asyncio.sleep(PACE_S)
+                assert (await flooding)["opened"] == FLOOD
+                opened_at = time.monotonic()
+                await asyncio.sleep(1.0)  # the last refusals on their way
+                errors = (await ask("report"))["errors"]
+                # Past the deadline her streams are dropped: a whole message is a turn.
+                await asyncio.sleep(max(0.0, opened_at + CHAT_DEADLINE_S + 1.0 - time.monotonic()))
+                llm.script("plain_no_reasoning")
+                await ask("say a real question")
+                box = await vic.wait_until(
+                    lambda b: any(t.text == "a real question" for t in of(b, Transcription)),
+                    within=30.0,
+                )
+                await vic.wait_until(final, within=30.0)
+            finally:
+                if mallory.stdin is not None:
+                    mallory.stdin.close()
+                try:
+                    await asyncio.wait_for(mallory.wait(), 20)
+                except TimeoutError:
+                    mallory.kill()
+                    await mallory.wait()
+    ratio = statistics.median(during) / statistics.median(calm)
+    print(
+        f"chat flood: {FLOOD} streams opened; alice's turn {statistics.median(calm):.3f} s "
+        f"before, {statistics.median(during):.3f} s during ({len(during)} turns): "
+        f"ratio {ratio:.2f}; mallory got {len(errors)} ErrorMessages"
+    )
+    assert errors and all(code == 504 for code, _ in errors), errors
+    assert any("open at once" in m or "slow down" in m for _, m in errors), errors
+    assert len(errors) < 60, len(errors)  # errors are rate-limited too
+    assert not of(box, ErrorMessage)
