@@ -52,6 +52,8 @@ SUMMARY_REMARK: Final = "remark:summary"
 """The level an envelope made from the reasoning at the ``summary`` level is sent and
 kept at (a spoken remark's Commentary): only participants granted ``summary`` or
 ``full`` get it, live or replayed."""
+UNCONFIRMED_POLL_S: Final = 0.25
+"""While the lease is not confirmed, how often sending is tried again."""
 DURABLE_TIMEOUT_S: Final = 2.0
 """Longest wait for storage before an envelope leaves anyway (the database is down:
 the conversation goes on; a takeover may then miss what was not stored)."""
@@ -65,6 +67,11 @@ class Tenure(Protocol):
 
     async def held(self) -> bool:
         """Whether the agent may still send (cheap unless it must be confirmed)."""
+        ...
+
+    @property
+    def taken(self) -> bool:
+        """Another agent holds the conversation (known for sure)."""
         ...
 
     def lose(self) -> None:
@@ -130,6 +137,8 @@ class Outbox:
         """Failover: the agent's hold on the room, checked before every transmission."""
         self.fenced = False
         """Another agent holds the conversation: nothing more is stored or sent."""
+        self._holding = False
+        """Sending waits for the lease to be confirmed (logged once per wait)."""
 
     def continue_after(self, last: int) -> None:
         """Number from ``|last| + 1`` on (a conversation stored before; before any send).
@@ -264,8 +273,22 @@ class Outbox:
             except Exception as exc:  # the database is away: the conversation goes on
                 self._unstored_until = loop.time() + DURABLE_PAUSE_S
                 logger.warning("sent before it was stored", extra={"error": repr(exc)})
-        if not self.fenced and self.tenure is not None and not await self.tenure.held():
-            self._fence()
+        while not self.fenced and self.tenure is not None and not await self.tenure.held():
+            if self.tenure.taken:
+                self._fence()
+                break
+            # Not confirmed (renewals failing: the database is away from this agent, or
+            # the process stalled): nothing leaves until a renewal confirms the lease.
+            if not self._holding:
+                self._holding = True
+                logger.warning(
+                    "lease not confirmed: holding messages until a renewal succeeds",
+                    extra={"conversation": self.conversation_id},
+                )
+            await asyncio.sleep(UNCONFIRMED_POLL_S)
+        if self._holding and not self.fenced:
+            self._holding = False
+            logger.info("lease confirmed again", extra={"conversation": self.conversation_id})
         return not self.fenced
 
     def _fence(self) -> None:

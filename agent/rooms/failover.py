@@ -83,17 +83,33 @@ class Hold:
         """Set once another agent holds the room: leave it at once."""
         self.suspect = False
         """The process stalled since the last renewal: confirm before sending."""
+        self.confirmed_at = asyncio.get_running_loop().time()
+        """Loop time a renewal (or the claim) that succeeded was started: the lease was
+        this agent's then, and is for the lease timeout after."""
+
+    @property
+    def taken(self) -> bool:
+        """Another agent holds the room (known for sure: leave it)."""
+        return self.lost.is_set()
+
+    def unconfirmed(self) -> bool:
+        """Renewals have failed for longer than the lease timeout (the database is away
+        from this worker, perhaps only from it): the watcher may have moved the room."""
+        if self.fence.epoch is None:
+            return False  # never claimed: served without failover guarantees
+        return asyncio.get_running_loop().time() - self.confirmed_at > self.keeper.timeout_s
 
     async def held(self) -> bool:
-        """Whether this agent may still send: at once while its worker's heartbeat runs;
-        after a stall (SIGSTOP, a starved loop), only once a renewal confirms it."""
+        """Whether this agent may still send: at once while its renewals succeed; after a
+        stall (SIGSTOP, a starved loop) or once renewals have failed for the lease timeout,
+        only once a renewal confirms it."""
         if self.lost.is_set():
             return False
         if self.keeper.stalled():
             self.suspect = True
-        if self.suspect:
+        if self.suspect or self.unconfirmed():
             await self.keeper.beat_now()
-        return not (self.lost.is_set() or self.suspect)
+        return not (self.lost.is_set() or self.suspect or self.unconfirmed())
 
     def lose(self) -> None:
         """Storage refused this agent's writes: the room is another agent's now."""
@@ -119,14 +135,24 @@ class LeaseKeeper:
         self._failing = False
         self._now = asyncio.Event()
 
-    async def hold(self, room: str, identity: str) -> Hold | None:
+    async def hold(self, room: str, identity: str, *, required: bool = False) -> Hold | None:
         """Claim ``room`` for ``identity``; None if another live agent holds it.
 
         With the database away the room is served all the same, without failover
-        guarantees (logged); the lease is claimed once the database answers again."""
+        guarantees (logged); the lease is claimed once the database answers again. Unless
+        the dispatch ``required`` the lease (the watcher decided with the database: this
+        worker alone cannot reach it): None."""
+        started = asyncio.get_running_loop().time()
         try:
             epoch = await self.leases.claim(room, identity, WORKER_ID, self.timeout_s)
         except Exception as exc:
+            if required:
+                logger.warning(
+                    "room lease not claimed (database unavailable) and the dispatch needs it: "
+                    "not serving",
+                    extra={"room": room, "error": repr(exc)},
+                )
+                return None
             logger.warning(
                 "room lease not claimed (database unavailable): serving without failover "
                 "guarantees until it is",
@@ -137,24 +163,26 @@ class LeaseKeeper:
             if epoch is None:
                 return None
             hold = Hold(self, room, identity, epoch)
+            hold.confirmed_at = started
         self._held[room, identity] = hold
         if self._task is None or self._task.done():
             self._ticked = asyncio.get_running_loop().time()
             self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
         return hold
 
-    async def accept(self, room: str) -> bool:
+    async def accept(self, room: str, *, required: bool = False) -> bool:
         """Note at once that this worker takes a job for ``room`` (the watcher then waits
         for its agent instead of dispatching again); False if a live agent serves the room
         already, or another job for it was taken within :data:`ACCEPT_WINDOW_S` (a late or
         redundant dispatch: the job is refused, so clients never see an agent that is about
-        to leave). Best effort, bounded."""
+        to leave). Best effort, bounded: with the database away the job is taken, unless
+        its dispatch ``required`` the lease."""
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await self.leases.accept(room, self.timeout_s, ACCEPT_WINDOW_S)
         except Exception as exc:
             logger.info("job start not noted", extra={"room": room, "error": repr(exc)})
-            return True
+            return not required
 
     async def release(self, hold: Hold) -> None:
         """``hold``'s agent leaves its room cleanly: its own lease entry goes (the watcher
@@ -195,6 +223,7 @@ class LeaseKeeper:
     async def _beat(self) -> None:
         """One renewal of every claimed hold, and a claim of every pending one."""
         async with self._beat_lock:
+            started = asyncio.get_running_loop().time()
             holds = list(self._held.values())
             claimed: dict[str, int] = {}
             for h in holds:
@@ -215,12 +244,14 @@ class LeaseKeeper:
                     await self._claim_late(hold)
                 elif hold.room in renewed and claimed[hold.room] == hold.fence.epoch:
                     hold.suspect = False
+                    hold.confirmed_at = started
                 else:
                     hold.lose()
             self._ticked = asyncio.get_running_loop().time()  # every hold is known now
 
     async def _claim_late(self, hold: Hold) -> None:
         """Claim a room served since the database was away."""
+        started = asyncio.get_running_loop().time()
         try:
             epoch = await self.leases.claim(hold.room, hold.identity, WORKER_ID, self.timeout_s)
         except Exception:
@@ -228,6 +259,7 @@ class LeaseKeeper:
         if epoch is None:
             hold.lose()
         else:
+            hold.confirmed_at = started
             hold.fence.epoch = epoch
             hold.suspect = False
             logger.info("room lease claimed: failover guarantees again", extra={"room": hold.room})

@@ -33,6 +33,7 @@ from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
+from alicia.agent.storage.leases import lease_required
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 
 from .conventions import CHAT_TOPIC, RoomConventions
@@ -165,7 +166,7 @@ async def entrypoint(ctx: JobContext) -> None:
 
         await serve_voice_room(ctx, settings)
         return
-    await _serve(ctx.room, settings)
+    await _serve(ctx.room, settings, lease_required=lease_required(ctx.job.metadata))
     ctx.shutdown("room left")  # a room left early (lease lost, drained) is left for good
 
 
@@ -189,7 +190,7 @@ async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
             rtc.RoomOptions(auto_subscribe=False),
         )
     try:
-        await _serve(room, settings)
+        await _serve(room, settings, lease_required=lease_required(ctx.job.metadata))
     finally:
         await room.disconnect()
 
@@ -210,20 +211,18 @@ def _job_token(ctx: JobContext, settings: Settings) -> str:
     return token.to_jwt()
 
 
-async def _serve(room: rtc.Room, settings: Settings) -> None:
+async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = False) -> None:
     """Serve a connected text ``room`` until it closes (storage, LLM client, transport,
-    turns)."""
+    turns); ``lease_required``: its dispatch asks for the lease (failover)."""
     if settings.native_logs == "stderr":
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
     identity = room.local_participant.identity
     hold: Hold | None = None
     if settings.failover:
-        hold = await _keeper(settings).hold(room.name, identity)
+        hold = await _keeper(settings).hold(room.name, identity, required=lease_required)
         if hold is None:
-            logger.warning(
-                "another live agent serves this room: leaving", extra={"room": room.name}
-            )
+            logger.warning("room not held: leaving", extra={"room": room.name})
             return
     conventions = RoomConventions(room) if settings.lk_conventions else None
     await announce(room, conventions.announced() if conventions is not None else {})
@@ -281,10 +280,13 @@ async def _on_request(request: JobRequest, *, settings: Settings) -> None:
     (a late dispatch of a worker that was stopped, a redundant one): refused, so no agent
     joins the room only to leave it."""
     room = request.room.name
-    if await _keeper(settings).accept(room):
+    if await _keeper(settings).accept(room, required=lease_required(request.job.metadata)):
         await request.accept()
         return
-    logger.info("another live agent serves this room: job refused", extra={"room": room})
+    logger.info(
+        "job refused: a live agent serves the room, or its lease cannot be checked",
+        extra={"room": room},
+    )
     await request.reject(terminate=True)
 
 

@@ -46,7 +46,29 @@ from .errors import _mapped
 from .migrate import migrate_once
 from .tables import agent_leases as LEASES
 
-__all__ = ["Fence", "Lease", "Leases", "fence_check", "fence_check_pg"]
+__all__ = [
+    "LEASE_REQUIRED",
+    "Fence",
+    "Lease",
+    "Leases",
+    "fence_check",
+    "fence_check_pg",
+    "lease_required",
+]
+
+LEASE_REQUIRED: Final = '{"alicia_lease": "required"}'
+"""The metadata of a dispatch the watcher decided with the database (a takeover, a room
+whose agent is gone): the agent it starts may serve the room only with the lease. A
+worker that cannot reach the database then refuses the job, so a worker cut off from
+the database alone never serves a room another agent is given. Dispatches made while
+the watcher itself cannot reach the database carry none: their rooms are served without
+failover guarantees until it answers."""
+
+
+def lease_required(metadata: str | None) -> bool:
+    """A job's dispatch ``metadata`` asks for the lease (:data:`LEASE_REQUIRED`)."""
+    return bool(metadata) and '"alicia_lease": "required"' in (metadata or "")
+
 
 _VACANT: Final = {
     "agent_identity": None,

@@ -53,7 +53,7 @@ from typing import Final
 from livekit import api
 
 from alicia.agent.settings import WatchSettings
-from alicia.agent.storage.leases import Lease, Leases
+from alicia.agent.storage.leases import LEASE_REQUIRED, Lease, Leases
 
 __all__ = ["Decision", "RoomView", "Watcher", "decide"]
 
@@ -272,12 +272,18 @@ class Watcher:
             logger.exception("room check failed", extra={"room": room})
 
     async def _dispatch(
-        self, room: str, why: str, attempt: int = 0, *, follow: bool = True
+        self, room: str, why: str, attempt: int = 0, *, follow: bool = True, lease: bool = True
     ) -> None:
         """Create a dispatch of our agent to ``room``; ``follow`` (a takeover): two at once,
         and again while no worker takes one (:meth:`_follow`). Workers take one job per
-        room (:meth:`~alicia.agent.storage.leases.Leases.accept`) and refuse the others."""
-        request = api.CreateAgentDispatchRequest(agent_name=self.settings.agent_name, room=room)
+        room (:meth:`~alicia.agent.storage.leases.Leases.accept`) and refuse the others.
+        ``lease``: decided with the database, so its agent serves only with the lease
+        (:data:`~alicia.agent.storage.leases.LEASE_REQUIRED`)."""
+        request = api.CreateAgentDispatchRequest(
+            agent_name=self.settings.agent_name,
+            room=room,
+            metadata=LEASE_REQUIRED if lease else "",
+        )
         copies = _TAKEOVER_COPIES if follow else 1
         created = (
             await asyncio.gather(
@@ -307,7 +313,7 @@ class Watcher:
         self._blind[room] = loop.time()
         while len(self._blind) > _BLIND_KEEP:
             del self._blind[next(iter(self._blind))]
-        await self._dispatch(room, "no agent; the database is away", follow=False)
+        await self._dispatch(room, "no agent; the database is away", follow=False, lease=False)
 
     def _followed(self, task: asyncio.Task[None]) -> None:
         for room, t in list(self._following.items()):

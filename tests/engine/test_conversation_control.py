@@ -219,7 +219,7 @@ async def test_variation_of_an_unknown_message_is_an_error(llm: RecordedLLM) -> 
 async def test_bad_input_gets_an_error_to_the_sender_only_and_others_keep_their_turn(
     llm: RecordedLLM,
 ) -> None:
-    async with room(llm) as r:
+    async with room(llm, step_max_delay_s=30.0) as r:  # steps are paragraphs here
         alice, mallory = r.client("alice"), r.client("mallory")
         await handshake(alice)
         await handshake(mallory)

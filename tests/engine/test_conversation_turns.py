@@ -257,7 +257,7 @@ async def test_server_default_off_hides_steps_from_silent_clients(llm: RecordedL
 async def test_mid_conversation_configuration_toggles_reasoning_for_that_client_only(
     llm: RecordedLLM,
 ) -> None:
-    async with room(llm) as r:
+    async with room(llm, step_max_delay_s=30.0) as r:  # steps are paragraphs here
         alice, bob = r.client("alice"), r.client("bob")
         await handshake(alice)
         await handshake(bob)

@@ -1,0 +1,96 @@
+"""A worker that loses only the database (issue 34, part 5), with the partition made for real.
+
+The first worker reaches Postgres through a TCP proxy (``tests/support/tcp_proxy.py``);
+the watcher and the second worker reach it directly. Mid-turn, the proxy is cut (a black
+hole: no reset, only silence). The first worker's renewals fail; the watcher, which
+still reaches the database, sees its leases go stale and moves its rooms. The old agent,
+whose model goes on streaming, sends nothing once its lease is unconfirmed for the
+lease timeout: no client gets a packet from it after the new agent's first. The watcher's
+dispatches for the takeover ask for the lease, so the cut-off worker (livekit-server may
+hand it one) refuses them: each room has one agent, the new one. Once the link heals the
+old agents are out of their rooms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import pytest
+
+from alicia.harness import LiveKitServer, PostgresServer
+from alicia.harness.recorded_llm import RecordedLLM
+from tests.e2e.failover.helpers import rooms_mid_turn, running_watcher, worker_env
+from tests.e2e.failover.test_failover_faults import agents_in
+from tests.e2e.worker import running_worker
+from tests.support.db import fetch, new_database
+from tests.support.tcp_proxy import tcp_proxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+LLM_STREAMS = "shared"
+STREAM = "deepseek_reasoning_content"
+ROOMS = 2
+
+
+async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_move(
+    livekit: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    watch_port: int,
+    tmp_path: Path,
+) -> None:
+    url = await new_database("postgres", postgres_server, tmp_path, "partition")
+    async with tcp_proxy(postgres_server.port) as proxy, contextlib.AsyncExitStack() as stack:
+        behind = url.replace(f":{postgres_server.port}/", f":{proxy.port}/")
+        assert behind != url
+        watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        first = await stack.enter_async_context(
+            running_worker(livekit, llm.base_url, env=worker_env(behind))
+        )
+        rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM)
+        olds = {c.agent for _, c, _ in rooms}
+        # Through the proxy, the first worker holds its rooms' leases.
+        async with asyncio.timeout(10):
+            while True:
+                held = await fetch(url, "SELECT agent_identity FROM alicia_agents")
+                if {r["agent_identity"] for r in held} == olds:
+                    break
+                await asyncio.sleep(0.2)
+        second = await stack.enter_async_context(
+            running_worker(livekit, llm.base_url, env=worker_env(url))
+        )
+        proxy.cut()
+        try:
+            async with asyncio.timeout(30):
+                while not all(c.resumed and c.agent not in olds for _, c, _ in rooms):
+                    await asyncio.sleep(0.05)
+        except TimeoutError as exc:
+            state = "\n".join(f"{r}: {c.agents} resumed={c.resumed}" for r, c, _ in rooms)
+            raise AssertionError(f"not moved\n{state}\n{watcher.log()}\n{second.log()}") from exc
+        await asyncio.sleep(4.0)  # the old agents' model streams on meanwhile
+        for room, client, _ in rooms:
+            new = client.agent
+            taken = min(t for who, t, _ in client.heard if who == new)
+            late = [(who, round(t - taken, 2)) for who, t, _ in client.heard if who in olds]
+            late = [(who, after) for who, after in late if after >= 0]
+            assert late == [], f"{room}: the old agent sent after the new one: {late}"
+        # The partitioned worker took none of the takeover's dispatches (they ask for the
+        # lease, which it cannot reach): each room has one agent, the new one.
+        log = first.log(tail=10**7)
+        assert log.count('"room joined"') == ROOMS, log[-3000:]
+        assert log.count("the dispatch needs it") + log.count("job refused") >= 1, log[-3000:]
+        for room, client, _ in rooms:
+            assert await agents_in(livekit, room) == {client.agent}, room
+        # The link heals: the old agents' renewals find their rooms taken; they are out.
+        proxy.heal()
+        healed = time.monotonic()
+        async with asyncio.timeout(20):
+            while [room for room, _, _ in rooms if (await agents_in(livekit, room)) & olds]:
+                await asyncio.sleep(0.2)
+        print(f"old agents out {time.monotonic() - healed:.2f} s after the link healed")
+        await asyncio.sleep(2.0)
+        for room, client, _ in rooms:
+            assert await agents_in(livekit, room) == {client.agent}, room
