@@ -556,8 +556,9 @@ async def floor_process(url: str, base_url: str, tokens: list[tuple[str, str]]) 
 
 
 def agent_token(server: LiveKitServer, identity: str, room: str) -> str:
-    """A join token of participant kind ``agent`` (clients look for that kind)."""
-    grants = api.VideoGrants(room_join=True, room=room, agent=True)
+    """A join token of participant kind ``agent`` (clients look for that kind), allowed to
+    set its own attributes as a dispatched agent's is (``lk.agent.state``)."""
+    grants = api.VideoGrants(room_join=True, room=room, agent=True, can_update_own_metadata=True)
     tok = api.AccessToken(server.api_key, server.api_secret).with_identity(identity)
     return tok.with_kind("agent").with_name(identity).with_grants(grants).to_jwt()
 
