@@ -129,6 +129,8 @@ class LeaseKeeper:
         self._held: dict[tuple[str, str], Hold] = {}
         """(room, identity) -> its hold."""
         self._task: asyncio.Task[None] | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        """The renewal under way (at most one; it ends on its own)."""
         self._ticked = 0.0
         """Loop time of the heartbeat loop's last turn (a long gap: the process stalled)."""
         self._beat_lock = asyncio.Lock()
@@ -201,11 +203,24 @@ class LeaseKeeper:
         return asyncio.get_running_loop().time() - self._ticked > self.timeout_s
 
     async def beat_now(self) -> None:
-        """Renew at once (bounded by half the timeout, so the heartbeat loop turns well
-        within it even while the database does not answer): confirms or loses every hold."""
+        """Renew at once: confirms or loses every hold. The wait is bounded by half the
+        timeout, so the heartbeat loop turns well within it even while the database does
+        not answer; the renewal itself is not cancelled at that bound (a slow database,
+        a loaded machine): it goes on, one at a time, and confirms when it completes."""
+        if self._renewal is None or self._renewal.done():
+            self._renewal = asyncio.create_task(self._bounded_beat(), name="alicia-lease-renewal")
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.timeout_s / 2):
-                await self._beat()
+            await asyncio.wait_for(asyncio.shield(self._renewal), self.timeout_s / 2)
+
+    async def _bounded_beat(self) -> None:
+        """:meth:`_beat`, given up after twice the lease timeout (a connection that hangs
+        in a network partition)."""
+        try:
+            await asyncio.wait_for(self._beat(), 2 * self.timeout_s)
+        except TimeoutError:
+            if not self._failing:
+                logger.warning("lease heartbeat failed", extra={"error": "no answer"})
+            self._failing = True
 
     async def _beat_loop(self) -> None:
         loop = asyncio.get_running_loop()
