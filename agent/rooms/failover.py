@@ -63,6 +63,9 @@ DRAINING: Final = threading.Event()
 WORKER_ID: Final = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 """This process's id in the lease table."""
 _POLL_S: Final = 0.1
+ACCEPT_REQUIRED_FACTOR: Final = 4
+"""A job whose dispatch needs the lease waits this many lease timeouts for the database
+before it is refused (well within livekit-server's 10 s job assignment timeout)."""
 ACCEPT_WINDOW_S: Final = 5.0
 """A job taken for a room has this long for its agent to claim it; meanwhile further
 dispatches to the room are refused (the watcher sends two at once on a takeover)."""
@@ -179,8 +182,11 @@ class LeaseKeeper:
         redundant dispatch: the job is refused, so clients never see an agent that is about
         to leave). Best effort, bounded: with the database away the job is taken, unless
         its dispatch ``required`` the lease."""
+        # A dispatch that needs the lease waits longer before it is refused: a fresh
+        # process's first query (its schema check) takes seconds on a loaded machine.
+        bound = self.timeout_s * (ACCEPT_REQUIRED_FACTOR if required else 1)
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(bound):
                 return await self.leases.accept(room, self.timeout_s, ACCEPT_WINDOW_S)
         except Exception as exc:
             logger.info("job start not noted", extra={"room": room, "error": repr(exc)})

@@ -60,6 +60,7 @@ class DebugPage {
   private views = new Map<string, TurnView>();
   private lastNotice = "";
   private roomName = "";
+  private playing?: Track;
 
   constructor(
     private log: HTMLElement,
@@ -78,13 +79,29 @@ class DebugPage {
     this.client.on((e) => this.onEvent(e));
     // The agent's spoken answers (a voice agent publishes an audio track): play them.
     this.room.on(RoomEvent.TrackSubscribed, (track, _pub, participant) => {
-      if (track.kind !== Track.Kind.Audio || !this.client.trusts(participant)) return;
-      const audio = track.attach();
-      audio.id = "agent-audio";
-      document.getElementById("agent-audio")?.remove();
-      document.body.append(audio);
-      document.body.dataset.agentAudio = "subscribed";
+      if (track.kind === Track.Kind.Audio && this.client.trusts(participant)) this.play(track);
     });
+  }
+
+  /** Play the agent's audio track (one at a time). */
+  private play(track: Track): void {
+    if (this.playing === track) return;
+    this.playing = track;
+    const audio = track.attach();
+    audio.id = "agent-audio";
+    document.getElementById("agent-audio")?.remove();
+    document.body.append(audio);
+    document.body.dataset.agentAudio = "subscribed";
+  }
+
+  /** The agent is trusted once it announces the protocol, which may come after its audio
+   * track was subscribed: play what the trusted agent already publishes. */
+  private playTrusted(identity: string): void {
+    const agent = this.room.remoteParticipants.get(identity);
+    if (!agent || !this.client.trusts(agent)) return;
+    for (const pub of agent.trackPublications.values()) {
+      if (pub.kind === Track.Kind.Audio && pub.track) this.play(pub.track);
+    }
   }
 
   setStatus(state: string, text: string): void {
@@ -154,6 +171,7 @@ class DebugPage {
   }
 
   private onState(s: ReasoningState): void {
+    if (s.agent) this.playTrusted(s.agent);
     const b = document.body.dataset;
     b.reasoning = s.showReasoning ? "on" : "off";
     b.agents = String(s.agents);
