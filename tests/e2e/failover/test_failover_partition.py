@@ -77,11 +77,11 @@ async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_m
             late = [(who, round(t - taken, 2)) for who, t, _ in client.heard if who in olds]
             late = [(who, after) for who, after in late if after >= 0]
             assert late == [], f"{room}: the old agent sent after the new one: {late}"
-        # The partitioned worker took none of the takeover's dispatches (they ask for the
-        # lease, which it cannot reach): each room has one agent, the new one.
+        # The partitioned worker served none of the takeover's dispatches (they ask for the
+        # lease, which it cannot reach; livekit-server may or may not offer it one): each
+        # room has one agent, the new one.
         log = first.log(tail=10**7)
         assert log.count('"room joined"') == ROOMS, log[-3000:]
-        assert log.count("the dispatch needs it") + log.count("job refused") >= 1, log[-3000:]
         for room, client, _ in rooms:
             assert await agents_in(livekit, room) == {client.agent}, room
         # The link heals: the old agents' renewals find their rooms taken; they are out.
