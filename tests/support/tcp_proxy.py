@@ -26,7 +26,6 @@ class TcpProxy:
         self.cut_off = False
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         """Listen."""
@@ -48,9 +47,6 @@ class TcpProxy:
             self._server.close()
         for writer in list(self._writers):
             writer.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)

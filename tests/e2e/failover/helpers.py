@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from livekit import rtc
+from livekit import api, rtc
 
 from alicia.agent.rooms.failover import LeaseKeeper
 from alicia.agent.rooms.ffi_routing import route_room
@@ -55,6 +55,7 @@ from tests.support.db import fetch
 __all__ = [
     "FollowingClient",
     "WatcherProcess",
+    "agents_in",
     "following_client",
     "lease_keeper",
     "logged_for",
@@ -377,3 +378,10 @@ async def rooms_mid_turn(
     for _, client, _ in asked:
         await client.wait_for(ReasoningStep, within=30)
     return asked
+
+
+async def agents_in(livekit: LiveKitServer, room: str) -> set[str]:
+    """Identities of the agent participants livekit-server has in ``room``."""
+    async with api.LiveKitAPI(livekit.http_url, livekit.api_key, livekit.api_secret) as lk:
+        reply = await lk.room.list_participants(api.ListParticipantsRequest(room=room))
+    return {p.identity for p in reply.participants if p.kind == api.ParticipantInfo.Kind.AGENT}

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import pytest
-from livekit import api
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alicia.agent.engine.sink import Fenced
@@ -37,6 +36,7 @@ from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ErrorMessage, ReasoningStep, decode, new_id
 from tests.e2e.failover.helpers import (
+    agents_in,
     following_client,
     lease_keeper,
     open_leases,
@@ -59,13 +59,6 @@ at once; its SDK may rejoin within a second, and is removed within a quarter sec
 being seen), and stays out."""
 WATCH_AFTER_WAKE_S = 9.0
 """How long the rooms are watched after the old worker wakes."""
-
-
-async def agents_in(livekit: LiveKitServer, room: str) -> set[str]:
-    """Identities of the agent participants livekit-server has in ``room``."""
-    async with api.LiveKitAPI(livekit.http_url, livekit.api_key, livekit.api_secret) as lk:
-        reply = await lk.room.list_participants(api.ListParticipantsRequest(room=room))
-    return {p.identity for p in reply.participants if p.kind == api.ParticipantInfo.Kind.AGENT}
 
 
 async def test_a_stopped_worker_is_fenced_and_its_rooms_move_while_it_is_stopped(

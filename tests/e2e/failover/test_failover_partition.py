@@ -22,8 +22,7 @@ import pytest
 
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
-from tests.e2e.failover.helpers import rooms_mid_turn, running_watcher, worker_env
-from tests.e2e.failover.test_failover_faults import agents_in
+from tests.e2e.failover.helpers import agents_in, rooms_mid_turn, running_watcher, worker_env
 from tests.e2e.worker import running_worker
 from tests.support.db import fetch, new_database
 from tests.support.tcp_proxy import tcp_proxy
