@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any, Final
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .engine import create_engine
@@ -46,6 +47,11 @@ async def migrate(
     engine = create_engine(target, pooled=False) if isinstance(target, str) else target
     try:
         async with _mapped(), engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                # Writers' and leases' engines end a transaction idle for half a second
+                # (IDLE_TXN_TIMEOUT_S); Alembic reads its scripts between statements,
+                # which on a loaded machine takes longer: not for this transaction.
+                await conn.execute(text("SET LOCAL idle_in_transaction_session_timeout = 0"))
             await conn.run_sync(_downgrade_sync if downgrade else _upgrade_sync, revision)
     finally:
         if isinstance(target, str):

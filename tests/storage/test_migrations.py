@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
 from alicia.agent.storage.engine import VERSION_TABLE, create_engine
+from alicia.agent.storage.migrate import migrate_once
 from alicia.agent.storage.tables import TABLE_NAMES, Base
 from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
 from alicia.protocol import (
@@ -139,6 +140,21 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
     assert await schema(empty_url) == {"tables": set(), "views": set(), "version": None}
     await migrate(empty_url)  # and back up again
     assert (await schema(empty_url))["version"] == "0007"
+
+
+async def test_a_slow_migration_is_not_ended_by_the_idle_transaction_timeout(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    """Writers' and leases' engines have the server end a transaction idle for half a
+    second; Alembic reads its scripts between statements, which took longer than that on
+    a loaded machine (the leases table was then never made). Here the bound is 1 ms."""
+    url = await new_database("postgres", postgres_server, tmp_path, "slowmigr")
+    engine = create_engine(url, idle_txn_timeout_s=0.001)
+    try:
+        await migrate_once(engine)
+    finally:
+        await engine.dispose()
+    assert (await schema(url))["tables"] == set(TABLE_NAMES)
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(
