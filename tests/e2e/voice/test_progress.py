@@ -273,9 +273,13 @@ async def test_a_model_that_answers_within_the_delay_gets_no_remark(
     assert listener.recorder.loud(after=listener.ended)[0] > listener.answer_seen_at
 
 
-async def remark_playing(listener: Listener) -> Commentary:
-    """Wait for the first remark and for its sound (after the last question)."""
-    remark: Commentary = await listener.client.wait_for(Commentary, within=30.0)
+async def remark_playing(listener: Listener, earlier: int = 0) -> Commentary:
+    """Wait for the first remark after the ``earlier`` ones and for its sound (after the
+    last question)."""
+    async with asyncio.timeout(30.0):
+        while len(listener.remarks()) <= earlier:
+            await asyncio.sleep(0.05)
+    remark = listener.remarks()[earlier]
     async with asyncio.timeout(10):
         while not listener.recorder.loud(after=listener.ended):
             await asyncio.sleep(0.05)
@@ -308,11 +312,12 @@ async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
         llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
         await listener.ask(spec.user)
         await listener.hear_answer()
-        assert listener.remarks() == []  # the fast answer had none
+        # The fast answer may have had a remark too, on a loaded machine: not this test's.
+        earlier = len(listener.remarks())
         llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
         pcm, rate = speak(spec.user)
         listener.ended = await listener.mic.say(pcm, rate) - PAD_S
-        remark = await remark_playing(listener)
+        remark = await remark_playing(listener, earlier)
         spoke_wall = time.time()
         await listener.mic.say(interruption, irate, trailing_silence_s=0.5)
         # Long enough for the turn's next remark and its answer, had they come.
