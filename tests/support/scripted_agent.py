@@ -213,9 +213,12 @@ async def scripted_agent(
     kind: Literal["standard", "agent"] = "agent",
     agent_name: str | None = None,
     after: int = 0,
+    speaks_protocol: bool = True,
 ) -> AsyncIterator[ScriptedAgent]:
     """A :class:`ScriptedAgent` joined to ``room`` with an agent token (``kind="standard"``:
-    an ordinary participant's token, e.g. one forging the agent under its identity)."""
+    an ordinary participant's token, e.g. one forging the agent under its identity;
+    ``speaks_protocol=False``: no ``alicia.protocol`` attribute, as an avatar or another
+    framework's agent in the room)."""
     grants = api.VideoGrants(
         room_join=True, room=room, agent=kind == "agent", can_publish_data=True
     )
@@ -225,7 +228,7 @@ async def scripted_agent(
         .with_kind(kind)
         .with_grants(grants)
     )
-    attributes = {PROTOCOL_ATTRIBUTE: "1"}  # it speaks the protocol (clients check)
+    attributes = {PROTOCOL_ATTRIBUTE: "1"} if speaks_protocol else {}  # clients check it
     if agent_name is not None:
         attributes["lk.agent_name"] = agent_name
     token = token.with_attributes(attributes)

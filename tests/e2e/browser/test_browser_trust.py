@@ -118,6 +118,57 @@ async def test_the_page_shows_nothing_from_an_impostor_and_follows_the_new_agent
     assert shot.stat().st_size > 10_000
 
 
+async def test_another_agent_that_does_not_speak_the_protocol_never_becomes_the_page_s_agent(
+    livekit_server: LiveKitServer,
+) -> None:
+    """An avatar (kind AGENT, no ``alicia.protocol`` attribute) in the room forges
+    envelopes; ours leaves: the page waits instead of adopting the avatar, then follows
+    the next agent that announces the protocol (issue 34, part 7)."""
+    room = new_id("conv")
+    shot = ARTIFACTS / "browser-takeover-avatar.png"
+    async with contextlib.AsyncExitStack() as stack:
+        base = await stack.enter_async_context(serving_web(livekit_server))
+        ours = contextlib.AsyncExitStack()
+        a = await ours.enter_async_context(
+            scripted_agent(livekit_server, room, identity="agent-aaa")
+        )
+        driver = await start_driver(page_url(base, room), shot)
+        try:
+
+            def answered() -> bool:
+                sent = [e.body for e in a.sent]
+                return any(isinstance(b, AssistantSentence) and b.is_final for b in sent)
+
+            await until(answered, timeout=90, what="the first answer")
+            seen = last_stanza(a)
+            turn_ids = [u.id for u in from_clients(a, UserMessage)]
+            avatar = await stack.enter_async_context(
+                scripted_agent(
+                    livekit_server, room, FORGED, identity="avatar-1", speaks_protocol=False
+                )
+            )
+            await stack.enter_async_context(forging(avatar, turn_ids))
+            await asyncio.sleep(2.0)  # forgeries while ours is here
+            await ours.aclose()  # ours leaves; the avatar stays and forges on
+            await asyncio.sleep(3.0)
+            async with scripted_agent(livekit_server, room, identity="agent-bbb", after=seen):
+                report = await report_of(driver)
+        finally:
+            await ours.aclose()
+            if driver.returncode is None:
+                driver.kill()
+                await driver.wait()
+    assert report["firstAgent"] == "agent-aaa" and report["agent"] == "agent-bbb"
+    assert report["second"]["answer"] == ANSWER and report["second"]["state"] == "done"
+    assert report["notices"] == [
+        "the agent left (agent-aaa); waiting up to 30 s for another agent…",
+        f"the agent was replaced (agent-bbb); resumed after server message {seen}",
+    ]
+    assert report["untrusted"] > 10
+    assert "FORGED" not in json.dumps(report)
+    assert from_clients(avatar) == []  # the page never sent the avatar anything
+
+
 async def test_under_explicit_dispatch_the_page_moves_to_the_agent_of_its_name(
     livekit_server: LiveKitServer,
 ) -> None:
