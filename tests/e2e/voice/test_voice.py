@@ -99,14 +99,27 @@ async def test_a_spoken_question_gets_steps_and_a_spoken_answer_without_reasonin
     # The question as pocketsphinx heard it: one of its content words is enough (it hears
     # about 0.85 of them in synthetic speech through livekit-server).
     assert transcript.final, transcript
-    assert QUESTION_WORDS & set(transcript.text.lower().split()), transcript.text
-    steps = client.of(ReasoningStep)
-    assert [s.content for s in steps] == list(spec.steps), voice_worker.log()
-    assert {s.previous_id for s in steps} == {transcript.id}
-    (start,) = client.of(StartAnswer)
-    assert start.previous_id == transcript.id and start.answer_type == "text+voice"
+    heard_question = [t for t in client.of(Transcription) if t.final]
+    words = {w for t in heard_question for w in t.text.lower().split()}
+    assert QUESTION_WORDS & words, heard_question
+    # The turn that was answered. On a loaded machine the voice activity detector runs
+    # late and livekit-agents may take the question in two parts: a first turn is then
+    # stopped by the second (both are the same recorded stream).
+    starts = client.of(StartAnswer)
     sentences = client.of(AssistantSentence)
-    assert " ".join(s.text for s in sentences if s.text).split() == spec.answer.split()
+    (start,) = [a for a in starts if any(s.is_final and s.previous_id == a.id for s in sentences)]
+    assert start.answer_type == "text+voice"
+    assert start.previous_id in {t.id for t in heard_question}
+    said = [s.text for s in sentences if s.previous_id == start.id and s.text]
+    assert " ".join(said).split() == spec.answer.split()
+    steps = client.of(ReasoningStep)
+    assert {s.previous_id for s in steps} <= {t.id for t in heard_question}
+    assert {s.content for s in steps} <= set(spec.steps), voice_worker.log()  # nothing else
+    answered = [s.content for s in steps if s.previous_id == start.previous_id]
+    assert answered[-len(spec.steps) :] == list(spec.steps), voice_worker.log()
+    for asked in {s.previous_id for s in steps}:  # each step sent once, in order
+        indices = [s.step_index for s in steps if s.previous_id == asked]
+        assert indices == sorted(set(indices)), indices
     # What the client heard: the answer, and none of the reasoning.
     answer_audio = recorder.pcm()
     heard = transcribe(answer_audio, ROOM_RATE)
