@@ -17,9 +17,10 @@ in storage everything any client received:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
-from typing import Protocol
+from typing import Final, Protocol
 
 from alicia.protocol import AssistantMessage, AssistantSentence, error_body, new_id
 from alicia.protocol import ids as id_prefix
@@ -27,12 +28,16 @@ from alicia.protocol import ids as id_prefix
 from .outbox import MAX_REPLAY_GAP, Outbox, ReplayBudget, ReplayGap, entitled
 from .participants import Participant, TurnCut
 from .sealing import ReasoningSealer
-from .sink import StoredTurn
+from .sink import ConversationStore, StoredConversation, StoredTurn
 from .turn import Exchange
 
 __all__ = ["TakeoverHost", "open_sealed", "replay_stored", "restore", "seal_for"]
 
 logger = logging.getLogger("alicia.conversation")
+
+RESTORE_WITHIN_S: Final = 10.0
+"""How long a takeover tries to read the stored conversation before it serves without it
+(the worst case is unchanged: one read used to wait as long)."""
 
 
 class TakeoverHost(Protocol):
@@ -78,10 +83,8 @@ async def restore(session: TakeoverHost) -> None:
     store = session.outbox.store
     if store is None:
         return
-    try:
-        stored = await store.load_conversation(session.id, limit=200)
-    except Exception:
-        logger.exception("conversation not restored", extra={"conversation": session.id})
+    stored = await _load(store, session.id)
+    if stored is None:
         return
     session.outbox.continue_after(stored.last_stanza)
     cut: StoredTurn | None = None
@@ -108,6 +111,31 @@ async def restore(session: TakeoverHost) -> None:
                 "cut": cut is not None,
             },
         )
+
+
+async def _load(store: ConversationStore, conversation_id: str) -> StoredConversation | None:
+    """The stored conversation, read again after a failure (a connection the server
+    ended, a busy machine) until :data:`RESTORE_WITHIN_S`; None if it cannot be read."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RESTORE_WITHIN_S
+    pause = 0.25
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await store.load_conversation(conversation_id, limit=200)
+        except Exception as exc:
+            if loop.time() + pause >= deadline:
+                logger.error(
+                    "conversation not restored: numbering starts again",
+                    extra={"conversation": conversation_id, "error": repr(exc)},
+                )
+                return None
+            logger.warning(
+                "conversation not read yet: trying again",
+                extra={"conversation": conversation_id, "error": repr(exc)},
+            )
+        await asyncio.sleep(pause)
+        pause *= 2
 
 
 async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:

@@ -350,7 +350,9 @@ class StorageWriter:
     async def _reading(self, timeout_s: float) -> AsyncIterator[AsyncConnection]:
         engine = await self._ready_engine()
         async with asyncio.timeout(timeout_s), _mapped(), engine.connect() as conn:
-            yield conn
+            # Reads outside a transaction: the engine's idle-transaction timeout (for a
+            # writer stopped mid-write) must not end a read whose process is merely busy.
+            yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     async def _ready_engine(self) -> AsyncEngine:
         if self._engine is None:

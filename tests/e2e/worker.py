@@ -41,6 +41,18 @@ class WorkerProcess:
         """The end of the worker's log."""
         return self.log_path.read_text(errors="replace")[-tail:]
 
+    def notable(self, limit: int = 12000) -> str:
+        """The warnings and errors of the whole log (a failure's cause may have scrolled
+        out of its end), at most ``limit`` characters of them, the latest kept."""
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        kept = [
+            line
+            for line in lines
+            if any(f'"level": "{lv}"' in line for lv in ("WARNING", "ERROR", "CRITICAL"))
+            or "Traceback" in line
+        ]
+        return "\n".join(kept)[-limit:]
+
 
 @contextlib.asynccontextmanager
 async def running_worker(

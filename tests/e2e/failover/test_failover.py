@@ -146,7 +146,11 @@ async def takeover(
                 assert client.agent not in olds and len(client.resumed) == 1
         except BaseException as exc:
             state = "\n".join(f"{room}: {c.agents} {summary(c)}" for room, c, _ in rooms)
-            raise AssertionError(f"{exc!r}\n{state}\n{watcher.log()}\n{second.log()}") from exc
+            raise AssertionError(
+                f"{exc!r}\n{state}\n{watcher.log()}\n--- the first worker's warnings ---\n"
+                f"{first.notable()}\n--- the second worker's warnings ---\n{second.notable()}"
+                f"\n--- the second worker's log ---\n{second.log()}"
+            ) from exc
         for _, client, user_id in rooms:
             await client.wait_for(ErrorMessage, within=10, originating_id=user_id)
             errors = [b for b in client.of(ErrorMessage) if b.originating_id == user_id]
