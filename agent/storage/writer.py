@@ -99,9 +99,6 @@ logger = logging.getLogger("alicia.storage")
 _KNOWN_MESSAGES: Final = 20_000
 
 
-# --------------------------------------------------------------------------- writer
-
-
 class _State(enum.Enum):
     NEW = "new"
     RUNNING = "running"
@@ -350,8 +347,7 @@ class StorageWriter:
     async def _reading(self, timeout_s: float) -> AsyncIterator[AsyncConnection]:
         engine = await self._ready_engine()
         async with asyncio.timeout(timeout_s), _mapped(), engine.connect() as conn:
-            # Reads outside a transaction: the engine's idle-transaction timeout (for a
-            # writer stopped mid-write) must not end a read whose process is merely busy.
+            # No transaction: the idle-transaction timeout must not end a busy process's read.
             yield await conn.execution_options(isolation_level="AUTOCOMMIT")
 
     async def _ready_engine(self) -> AsyncEngine:

@@ -17,7 +17,7 @@ A pytest plugin (``tests/conftest.py`` loads it):
 * **Lanes.** Some tests hold a promise on time while real time passes: real speech
   (``tests/e2e/voice``, the speech benchmarks), takeovers on heartbeats
   (``tests/e2e/failover``), the browser, limits that drain idle connections. On a 2-core
-  machine shared by six workers they missed it when the others took the CPU (a remark
+  machine shared by five workers they missed it when the others took the CPU (a remark
   9 s late, a question misheard, a second takeover of a room whose new agent's
   heartbeat starved). So the first workers are :data:`LANES`: two take the speech
   modules first, at normal priority; the next the timing modules, at ``nice`` 4; each
@@ -64,7 +64,7 @@ __all__ = [
     "write_durations",
 ]
 
-DEFAULT_WORKERS: Final = 6
+DEFAULT_WORKERS: Final = 5
 """Parallel workers ``./scripts/test`` starts (``ALICIA_TEST_WORKERS`` overrides)."""
 SERVER_FIXTURES: Final = frozenset({"livekit_server", "postgres_server", "livekit"})
 """Fixtures that start a real server: a test that uses one is an integration test."""
