@@ -8,19 +8,21 @@ so both front ends open them the same way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from typing import TYPE_CHECKING
 
 import openai
 
 from alicia.agent.engine.sink import NullSink, StepSink
+from alicia.agent.engine.telemetry import TurnTelemetry
 
 if TYPE_CHECKING:
     from alicia.agent.settings import Settings
     from alicia.agent.storage.keys import KeyStore
     from alicia.agent.storage.leases import Fence
 
-__all__ = ["open_keys", "open_llm", "open_sink"]
+__all__ = ["open_keys", "open_llm", "open_sink", "open_telemetry"]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -72,3 +74,13 @@ def open_llm(settings: Settings) -> openai.AsyncOpenAI:
         # resumes the socket for every streamed read, a selector error path each time.
         http_client=openai.DefaultAioHttpClient(timeout=settings.llm_timeout_s),
     )
+
+
+@functools.cache
+def open_telemetry(provider_name: str) -> TurnTelemetry:
+    """The engine's telemetry for turns of the provider ``provider_name``: OpenTelemetry
+    when the ``OTEL_*`` environment asks for traces (``alicia.agent.telemetry.setup``),
+    else nothing per turn. One per process and provider."""
+    from alicia.agent.telemetry import telemetry_from_env
+
+    return telemetry_from_env(provider_name)

@@ -39,6 +39,7 @@ from alicia.agent.engine.tools import ToolBox
 from alicia.agent.engine.transport import Incoming
 from alicia.agent.engine.turn import Turn
 from alicia.agent.settings import Settings
+from alicia.agent.wiring import open_telemetry
 from alicia.protocol import UserMessage, envelope, new_id
 from alicia.protocol import ids as id_prefix
 
@@ -260,6 +261,7 @@ class Runs:
         )
         session.attach(_Source(self.tools is not None))
         session.outbox.store = None  # a run is one HTTP response: no room to take over
+        session.telemetry = open_telemetry(self.options.provider.name)
         try:
             await session.load_data_key()
             sealer = session.sealer

@@ -64,6 +64,7 @@ from .participants import Participant, TurnRequest, Visibility
 from .sealing import ReasoningSealer
 from .sink import META_FIRST_REASONING_MS, META_USAGE
 from .source import TurnSource
+from .telemetry import TurnTelemetry
 from .turn import Exchange
 
 __all__ = ["META_CLOSED_AT", "META_MODEL", "TurnHost", "TurnProjection", "merge"]
@@ -107,6 +108,10 @@ class TurnHost(Protocol):
     @property
     def history(self) -> list[Exchange]:
         """Finished exchanges, oldest first."""
+
+    @property
+    def telemetry(self) -> TurnTelemetry:
+        """Where each turn's figures go (never its content)."""
 
     @property
     def observers(self) -> Sequence[AnswerObserver]:
@@ -174,6 +179,7 @@ class TurnProjection:
         self._final_text: str | None = None
         """The last sentence, sent with the turn's end (its stored copy carries the figures)."""
         self.ended = False
+        self.trace = session.telemetry.turn_opened(session.id, answer_id, self.model)
 
     def stop(self, ack: tuple[str, int] | None = None) -> None:
         """Stop the turn; ``ack`` is acknowledged after the answer is closed."""
@@ -209,6 +215,7 @@ class TurnProjection:
                 timeout_ms=event.timeout_ms,
             )
             await s.outbox.send(request, s.clients(), everyone=True)
+            self.trace.tool_called(event.name)
         elif isinstance(event, ToolFinished):
             outcome = event.outcome
             result = ToolUseResult(
@@ -259,6 +266,7 @@ class TurnProjection:
         s.close_turn(self, None if request.continues is not None else exchange)
         for observer in s.observers:
             observer.turn_closed(self.answer_id, ended.status)
+        self.trace.ended(ended.status, ended.usage, ended.first_reasoning_ms)
         if ended.error is not None:
             p = s.participants.get(request.requester)
             if p is not None:
@@ -304,6 +312,7 @@ class TurnProjection:
             kept = s.data_sealer.seal(s.id, event.text, knd="step", ref=step.id)
             stored = msgspec.structs.replace(step, content="", encrypted_value=kept)
             await out.send(stored, [], meta=meta)
+        self._traced(event, groups)
         if not (groups.get("summary") or groups.get("encrypted")):
             return
         sealer = s.sealer
@@ -329,6 +338,11 @@ class TurnProjection:
         if groups.get("encrypted") and sealed is not None:
             hidden = msgspec.structs.replace(step, content="", encrypted_value=sealed)
             await out.send(hidden, groups["encrypted"], meta=meta, store=False, level="encrypted")
+
+    def _traced(self, event: StepReady, groups: dict[Visibility, list[str]]) -> None:
+        """Telemetry sees the step's index, length and recipients per level (no text)."""
+        recipients: dict[str, int] = {level: len(who) for level, who in groups.items()}
+        self.trace.step_sent(event.index, len(event.text), recipients)
 
     async def _summarize(
         self,
@@ -367,6 +381,7 @@ class TurnProjection:
         self._answer_started = True
         for observer in s.observers:
             observer.answer_opened(self.answer_id)
+        self.trace.answer_started()
         active = [p for p in s.participants.values() if p.active]
         self._streaming_to = [p.identity for p in active if p.streaming]
         self._message_to = [p.identity for p in active if not p.streaming]

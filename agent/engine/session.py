@@ -90,6 +90,7 @@ from .sealing import DataKeys, ReasoningSealer
 from .sink import META_FROM, ConversationStore, StepSink, lookup_message
 from .source import TurnSource
 from .takeover import replay_stored, restore, seal_for
+from .telemetry import NO_TELEMETRY, TurnTelemetry
 from .transport import Left, Packet, Peer, Transport, Typed
 from .turn import Exchange
 from .variation import on_variation
@@ -162,6 +163,8 @@ class ProtocolSession:
         self.closed = False
         self.observers: list[AnswerObserver] = []
         """Front ends' own views of each turn (answer text only, never reasoning)."""
+        self.telemetry: TurnTelemetry = NO_TELEMETRY
+        """Each turn's figures and events, without content (:mod:`.telemetry`)."""
         self._source: TurnSource | None = None
 
     @property

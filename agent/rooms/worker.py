@@ -34,7 +34,7 @@ from alicia.agent.engine.tools import default_tools
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.storage.leases import lease_required
-from alicia.agent.wiring import open_keys, open_llm, open_sink
+from alicia.agent.wiring import open_keys, open_llm, open_sink, open_telemetry
 
 from .conventions import CHAT_TOPIC, RoomConventions
 from .failover import (
@@ -246,6 +246,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
                 tools=default_tools(),
                 keys=keys,
             )
+            conversation.session.telemetry = open_telemetry(settings.turn_options().provider.name)
             if conventions is not None:
                 conversation.session.observers.append(conventions)
                 conventions.start()

@@ -46,6 +46,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "alicia.agent.storage",
     ),
     "alicia/agent/storage": ("livekit", "alicia.agent.rooms", "alicia.agent.llm"),
+    "alicia/agent/telemetry": (
+        "livekit",
+        "sqlalchemy",
+        "alicia.agent.settings",
+        *FRONT_ENDS,
+        "alicia.agent.storage",
+    ),
     "alicia/agent/agui": ("alicia.agent.rooms", "alicia.agent.session"),
     "alicia/agent/export": (
         "livekit",

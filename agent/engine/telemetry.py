@@ -1,0 +1,78 @@
+"""The telemetry port: what an operator may see of each turn, without its content.
+
+A :class:`~alicia.agent.engine.session.ProtocolSession` opens a :class:`TurnTrace` per
+turn through its :attr:`~alicia.agent.engine.session.ProtocolSession.telemetry` and tells
+it, as the turn goes: each reasoning step as it goes out (its index, its length and how
+many participants got it at each level, never its text), each tool call (by name), the
+answer's start, and the turn's end (status, token usage, time to first reasoning).
+``alicia.agent.telemetry`` implements it with OpenTelemetry; :data:`NO_TELEMETRY` is the
+default and does nothing.
+
+The methods are synchronous and must not block: the turn waits for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, Protocol
+
+from .events import TurnStatus, Usage
+
+__all__ = ["NO_TELEMETRY", "NoTelemetry", "TurnTelemetry", "TurnTrace"]
+
+
+class TurnTrace(Protocol):
+    """One turn, seen by telemetry (see the module docstring)."""
+
+    def step_sent(self, index: int, length: int, recipients: Mapping[str, int]) -> None:
+        """Step ``index`` went out: ``length`` characters, ``recipients`` per level
+        (``full``, ``summary``, ``encrypted``)."""
+        ...
+
+    def tool_called(self, name: str) -> None:
+        """The model called the tool ``name``."""
+        ...
+
+    def answer_started(self) -> None:
+        """The answer began."""
+        ...
+
+    def ended(
+        self, status: TurnStatus, usage: Usage | None, first_reasoning_ms: float | None
+    ) -> None:
+        """The turn is over; nothing more follows."""
+        ...
+
+
+class TurnTelemetry(Protocol):
+    """Opens a :class:`TurnTrace` per turn."""
+
+    def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
+        """A turn of ``conversation_id`` began (its answer will be ``answer_id``)."""
+        ...
+
+
+class NoTelemetry:
+    """Telemetry off: every call does nothing."""
+
+    def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
+        """A trace that records nothing."""
+        return self
+
+    def step_sent(self, index: int, length: int, recipients: Mapping[str, int]) -> None:
+        """Nothing."""
+
+    def tool_called(self, name: str) -> None:
+        """Nothing."""
+
+    def answer_started(self) -> None:
+        """Nothing."""
+
+    def ended(
+        self, status: TurnStatus, usage: Usage | None, first_reasoning_ms: float | None
+    ) -> None:
+        """Nothing."""
+
+
+NO_TELEMETRY: Final = NoTelemetry()
+"""The session's default telemetry."""

@@ -1,0 +1,8 @@
+"""OpenTelemetry for reasoning: each turn as a GenAI span with its steps as events, and
+the turn's figures as metrics (:mod:`.otel`), set up from the standard ``OTEL_*``
+environment (:mod:`.setup`)."""
+
+from .otel import OtelTelemetry
+from .setup import telemetry_from_env, tracing_enabled
+
+__all__ = ["OtelTelemetry", "telemetry_from_env", "tracing_enabled"]

@@ -1,0 +1,168 @@
+"""The engine's telemetry port (:mod:`alicia.agent.engine.telemetry`) on OpenTelemetry.
+
+Each turn is one span, named as the GenAI semantic conventions name an inference
+(``chat {model}``, kind CLIENT), under whatever span is current when the turn opens:
+
+* attributes: ``gen_ai.operation.name``, ``gen_ai.request.model``,
+  ``gen_ai.provider.name``, ``gen_ai.conversation.id``, the usage
+  (``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``,
+  ``gen_ai.usage.reasoning.output_tokens``), and ours: ``alicia.answer.id``,
+  ``alicia.turn.status``, ``alicia.reasoning.time_to_first_reasoning``,
+  ``alicia.reasoning.time_to_first_step``, ``alicia.reasoning.thinking_time`` (seconds),
+  ``alicia.reasoning.steps`` and ``alicia.reasoning.steps.<level>``,
+  ``alicia.tool.calls``;
+* one event per step, ``alicia.reasoning.step``, with ``alicia.step.index``,
+  ``alicia.step.length`` and ``alicia.step.recipients.<level>``; one per tool call,
+  ``alicia.tool.call`` (its name).
+
+No reasoning text, summary, remark or user text goes into a span: the port never carries
+any. The metrics (same names where a span attribute has one): ``alicia.turns`` (by
+status and model), ``gen_ai.client.token.usage`` (by ``gen_ai.token.type``: ``input``,
+``output``, ``reasoning``), ``alicia.reasoning.thinking_time``,
+``alicia.reasoning.time_to_first_step`` (histograms, seconds) and
+``alicia.reasoning.steps`` (by level).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from alicia.agent.engine.events import TurnStatus, Usage
+from alicia.agent.engine.telemetry import TurnTrace
+
+__all__ = ["OtelTelemetry", "OtelTurn"]
+
+SCOPE = "alicia.reasoning"
+"""The instrumentation scope of our spans and metrics."""
+
+
+class OtelTelemetry:
+    """Turns as spans and metrics through OpenTelemetry (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        provider_name: str,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
+        """``provider_name``: ``gen_ai.provider.name`` (the model's provider); the
+        providers: the global ones when not given."""
+        self.provider_name = provider_name
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.turns = meter.create_counter("alicia.turns", unit="{turn}", description="Turns")
+        self.steps = meter.create_counter(
+            "alicia.reasoning.steps", unit="{step}", description="Reasoning steps sent"
+        )
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Tokens per turn"
+        )
+        self.thinking = meter.create_histogram(
+            "alicia.reasoning.thinking_time",
+            unit="s",
+            description="From the first reasoning text to the answer's start",
+        )
+        self.first_step = meter.create_histogram(
+            "alicia.reasoning.time_to_first_step",
+            unit="s",
+            description="From the turn's start to its first reasoning step sent",
+        )
+
+    def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
+        """A span for the turn, under the current span."""
+        return OtelTurn(self, conversation_id, answer_id, model)
+
+
+class OtelTurn:
+    """One turn's span and figures."""
+
+    def __init__(
+        self, owner: OtelTelemetry, conversation_id: str, answer_id: str, model: str
+    ) -> None:
+        """Start the span (see :class:`OtelTelemetry`)."""
+        self.owner = owner
+        self.model = model
+        self.opened = time.monotonic()
+        self.span = owner.tracer.start_span(
+            f"chat {model}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.request.model": model,
+                "gen_ai.provider.name": owner.provider_name,
+                "gen_ai.conversation.id": conversation_id,
+                "alicia.answer.id": answer_id,
+            },
+        )
+        self.first_step: float | None = None
+        self.answer_at: float | None = None
+        self.per_level: Counter[str] = Counter()
+        self.steps = 0
+        self.tools = 0
+
+    def step_sent(self, index: int, length: int, recipients: Mapping[str, int]) -> None:
+        """An event for the step (no text); the first one's time."""
+        now = time.monotonic()
+        if self.first_step is None:
+            self.first_step = now - self.opened
+            self.owner.first_step.record(self.first_step, {"gen_ai.request.model": self.model})
+        self.steps += 1
+        attributes: dict[str, int] = {"alicia.step.index": index, "alicia.step.length": length}
+        for level, count in recipients.items():
+            attributes[f"alicia.step.recipients.{level}"] = count
+            if count:
+                self.per_level[level] += 1
+                self.owner.steps.add(1, {"alicia.reasoning.level": level})
+        self.span.add_event("alicia.reasoning.step", attributes)
+
+    def tool_called(self, name: str) -> None:
+        """An event naming the tool."""
+        self.tools += 1
+        self.span.add_event("alicia.tool.call", {"gen_ai.tool.name": name})
+
+    def answer_started(self) -> None:
+        """Note when the answer began (for the thinking time)."""
+        if self.answer_at is None:
+            self.answer_at = time.monotonic() - self.opened
+
+    def ended(
+        self, status: TurnStatus, usage: Usage | None, first_reasoning_ms: float | None
+    ) -> None:
+        """Set the figures, record the metrics and end the span."""
+        span, owner = self.span, self.owner
+        model = {"gen_ai.request.model": self.model}
+        span.set_attribute("alicia.turn.status", status)
+        span.set_attribute("alicia.reasoning.steps", self.steps)
+        for level, count in self.per_level.items():
+            span.set_attribute(f"alicia.reasoning.steps.{level}", count)
+        span.set_attribute("alicia.tool.calls", self.tools)
+        if self.first_step is not None:
+            span.set_attribute("alicia.reasoning.time_to_first_step", self.first_step)
+        if first_reasoning_ms is not None:
+            first = first_reasoning_ms / 1000
+            span.set_attribute("alicia.reasoning.time_to_first_reasoning", first)
+            if self.answer_at is not None and self.answer_at >= first:
+                thinking = self.answer_at - first
+                span.set_attribute("alicia.reasoning.thinking_time", thinking)
+                owner.thinking.record(thinking, model)
+        if usage is not None:
+            counts = {
+                "input": usage.prompt_tokens,
+                "output": usage.completion_tokens,
+                "reasoning": usage.reasoning_tokens,
+            }
+            span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
+            span.set_attribute("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
+            for kind, count in counts.items():
+                owner.tokens.record(count, {**model, "gen_ai.token.type": kind})
+        owner.turns.add(1, {**model, "alicia.turn.status": status})
+        if status == "failed":
+            span.set_status(Status(StatusCode.ERROR, "the turn failed"))
+        span.end()

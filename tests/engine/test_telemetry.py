@@ -1,0 +1,116 @@
+"""A turn as OpenTelemetry sees it (issue 35, first part): one GenAI span per turn with
+its figures, one event per step in order, no reasoning text anywhere; metrics recorded.
+
+The engine runs a recorded turn (real HTTP, the real ``openai`` client) with
+:class:`alicia.agent.telemetry.OtelTelemetry` on the OpenTelemetry SDK's own in-memory
+exporter and reader.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from alicia.agent.engine.telemetry import NO_TELEMETRY
+from alicia.agent.telemetry import OtelTelemetry, telemetry_from_env, tracing_enabled
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import ReasoningStep
+from tests.engine.room import CONV, MODEL, final_sentence, handshake, of, room, user_message
+
+STREAM = "deepseek_reasoning_content"
+USAGE = {"input": 19, "output": 172, "reasoning": 130}
+"""The recorded stream's own ``usage`` (``prompt_tokens``, ``completion_tokens``,
+``completion_tokens_details.reasoning_tokens``)."""
+
+
+async def test_a_turn_is_one_span_with_its_figures_and_one_event_per_step_and_no_text(
+    llm: RecordedLLM,
+) -> None:
+    spans = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    metering = MeterProvider(metric_readers=[reader])
+    spec = llm.spec(STREAM)
+    async with room(llm) as r:
+        r.conversation.session.telemetry = OtelTelemetry(
+            provider_name="deepseek", tracer_provider=tracing, meter_provider=metering
+        )
+        alice = r.client("alice")
+        await handshake(alice)
+        llm.script(STREAM)
+        asked = user_message(spec.user)
+        alice.send(asked)
+        box = await alice.wait_for(final_sentence)
+    sent = of(box, ReasoningStep)
+    assert [s.content for s in sent] == list(spec.steps)
+    [span] = spans.get_finished_spans()
+    assert span.name == f"chat {MODEL}" and span.kind == SpanKind.CLIENT
+    attrs = dict(span.attributes or {})
+    assert {k: attrs[k] for k in ("gen_ai.operation.name", "gen_ai.request.model")} == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": MODEL,
+    }
+    assert attrs["gen_ai.provider.name"] == "deepseek"
+    assert attrs["gen_ai.conversation.id"] == CONV
+    assert attrs["gen_ai.usage.input_tokens"] == USAGE["input"]
+    assert attrs["gen_ai.usage.output_tokens"] == USAGE["output"]
+    assert attrs["gen_ai.usage.reasoning.output_tokens"] == USAGE["reasoning"]
+    assert attrs["alicia.turn.status"] == "complete"
+    assert attrs["alicia.reasoning.steps"] == len(sent) == attrs["alicia.reasoning.steps.full"]
+    first_step = attrs["alicia.reasoning.time_to_first_step"]
+    first_reasoning = attrs["alicia.reasoning.time_to_first_reasoning"]
+    assert isinstance(first_step, float) and isinstance(first_reasoning, float)
+    assert 0 <= first_reasoning <= first_step
+    assert isinstance(attrs["alicia.reasoning.thinking_time"], float)
+    events = [e for e in span.events if e.name == "alicia.reasoning.step"]
+    assert [dict(e.attributes or {}) for e in events] == [
+        {
+            "alicia.step.index": s.step_index,
+            "alicia.step.length": len(s.content),
+            "alicia.step.recipients.full": 1,
+        }
+        for s in sent
+    ]
+    # No reasoning, answer or user text anywhere in the trace.
+    whole = span.to_json()
+    for text in [*spec.steps, spec.answer, spec.user]:
+        for phrase in re.findall(r"\w+(?: \w+){3}", text)[:3]:
+            assert phrase not in whole, phrase
+    # The metrics.
+    metrics = reader.get_metrics_data()
+    assert metrics is not None
+    data = json.loads(metrics.to_json())
+    points = {
+        m["name"]: m["data"]["data_points"]
+        for rm in data["resource_metrics"]
+        for sm in rm["scope_metrics"]
+        for m in sm["metrics"]
+    }
+    [turns] = points["alicia.turns"]
+    assert turns["value"] == 1 and turns["attributes"]["alicia.turn.status"] == "complete"
+    tokens = {
+        p["attributes"]["gen_ai.token.type"]: p["sum"] for p in points["gen_ai.client.token.usage"]
+    }
+    assert tokens == USAGE
+    [steps] = points["alicia.reasoning.steps"]
+    assert steps["value"] == len(sent) and steps["attributes"] == {"alicia.reasoning.level": "full"}
+    assert [p["count"] for p in points["alicia.reasoning.thinking_time"]] == [1]
+    assert [p["count"] for p in points["alicia.reasoning.time_to_first_step"]] == [1]
+
+
+def test_tracing_is_on_only_when_the_otel_environment_asks_for_it() -> None:
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert not tracing_enabled({})
+    assert tracing_enabled(endpoint)
+    assert tracing_enabled({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318"})
+    assert not tracing_enabled({**endpoint, "OTEL_SDK_DISABLED": "true"})
+    assert not tracing_enabled({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
+    assert telemetry_from_env("deepseek", {}) is NO_TELEMETRY
