@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from alicia.harness.ports import free_port, port_open  # noqa: E402
+from bench._exit import run_and_exit  # noqa: E402
 from bench._stats import percentile  # noqa: E402
 
 KEY, SECRET = "benchkey", "benchsecret-benchsecret-benchsecret"
@@ -254,4 +255,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -55,6 +55,7 @@ from alicia.protocol import (
     envelope,
     new_id,
 )
+from bench._exit import run_and_exit
 from bench._stats import percentile
 from tests.e2e.worker import running_worker
 
@@ -233,4 +234,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -142,6 +142,7 @@ from alicia.protocol import (
     envelope,
     new_id,
 )
+from bench._exit import run_and_exit
 from bench._stats import cpu_seconds, percentile, rss_bytes
 from tests.e2e.worker import running_worker
 
@@ -1294,4 +1295,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

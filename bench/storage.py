@@ -60,6 +60,7 @@ from alicia.agent.storage.tables import reasoning_steps
 from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.protocol import DATA_TOPIC, Envelope, ReasoningStep, decode, encode, envelope
+from bench._exit import run_and_exit
 
 SEED = 20250301
 ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
@@ -371,4 +372,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)

@@ -61,6 +61,7 @@ async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_m
         second = await stack.enter_async_context(
             running_worker(livekit, llm.base_url, env=worker_env(url))
         )
+        joined_before_cut = first.log(tail=10**8).count('"room joined"')
         proxy.cut()
         try:
             async with asyncio.timeout(30):
@@ -77,10 +78,11 @@ async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_m
             late = [(who, after) for who, after in late if after >= 0]
             assert late == [], f"{room}: the old agent sent after the new one: {late}"
         # The partitioned worker served none of the takeover's dispatches (they ask for the
-        # lease, which it cannot reach; livekit-server may or may not offer it one): each
-        # room has one agent, the new one.
-        log = first.log(tail=10**7)
-        assert log.count('"room joined"') == ROOMS, log[-3000:]
+        # lease, which it cannot reach; livekit-server may or may not offer it one): it
+        # joined no room after the cut (before it, a loaded machine may have moved a room
+        # within it already), and each room has one agent, the new one.
+        log = first.log(tail=10**8)
+        assert log.count('"room joined"') == joined_before_cut, log[-3000:]
         for room, client, _ in rooms:
             assert await agents_in(livekit, room) == {client.agent}, room
         # The link heals: the old agents' renewals find their rooms taken; they are out.
