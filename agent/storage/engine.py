@@ -41,9 +41,11 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-IDLE_TXN_TIMEOUT_S: Final = 0.5
-"""Writers' and leases' connections: a transaction left idle this long (its process was
-stopped mid-write) is ended by the server, so it holds no lock a takeover waits on."""
+IDLE_TXN_TIMEOUT_S: Final = 2.0
+"""Fenced writers' and leases' connections: a transaction left idle this long (its
+process was stopped mid-write) is ended by the server, so it holds no lock a takeover
+waits on. Not shorter: a busy process's event loop can leave a live transaction idle
+between two statements for half a second (its writes were then ended again and again)."""
 
 
 def create_engine(

@@ -167,7 +167,8 @@ class StorageWriter:
             self.url,
             pool_size=self.options.pool_size,
             pre_ping=False,
-            idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S,
+            # Only a fenced writer's transaction holds a lock a takeover waits on.
+            idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S if self.options.fence else None,
         )
         self._state = _State.RUNNING
         self._write_atask = asyncio.create_task(self._write_loop(), name="alicia-storage-writer")

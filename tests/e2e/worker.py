@@ -36,15 +36,23 @@ class WorkerProcess:
 
     proc: asyncio.subprocess.Process
     log_path: Path
+    kept: str | None = None
+    """The whole log as it was when the worker stopped (its file is gone then)."""
+
+    def text(self) -> str:
+        """The whole log so far (or as it was when the worker stopped)."""
+        if self.kept is not None:
+            return self.kept
+        return self.log_path.read_text(errors="replace")
 
     def log(self, tail: int = 6000) -> str:
         """The end of the worker's log."""
-        return self.log_path.read_text(errors="replace")[-tail:]
+        return self.text()[-tail:]
 
     def notable(self, limit: int = 12000) -> str:
         """The warnings and errors of the whole log (a failure's cause may have scrolled
         out of its end), at most ``limit`` characters of them, the latest kept."""
-        lines = self.log_path.read_text(errors="replace").splitlines()
+        lines = self.text().splitlines()
         kept = [
             line
             for line in lines
@@ -115,6 +123,7 @@ async def running_worker(
             yield worker
         finally:
             await _stop(proc)
+            worker.kept = log_path.read_text(errors="replace")
 
 
 async def _stop(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:

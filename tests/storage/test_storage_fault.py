@@ -8,10 +8,12 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from alicia.agent.storage.writer import StorageWriter, WriterOptions, migrate
 from alicia.harness import PostgresServer, free_port
@@ -197,6 +199,43 @@ CRASHING_WRITER = textwrap.dedent(
     asyncio.run(main())
     """
 )
+
+
+async def test_a_busy_event_loop_does_not_get_its_writes_ended(pg_url: str, tmp_path: Path) -> None:
+    """A process whose event loop is busy (a flood to refuse, many rooms) leaves a live
+    transaction idle between two statements for over half a second. Its writes are
+    stored: before, every writer's transactions were ended after 0.5 s idle (meant for a
+    process stopped mid-write), again at each retry, and nothing more was stored."""
+    cid = "conv_busy_loop_00000001"
+    user = UserMessage(id="msg_busy", conversation_id=cid, content="a question")
+    envs = [envelope(user, stanza_id=1, conversation_id=cid)]
+    for i in range(1, 6):
+        body = ReasoningStep(
+            id=f"rs_busy{i}",
+            conversation_id=cid,
+            previous_id="msg_busy",
+            content=f"step {i}",
+            step_index=i,
+        )
+        envs.append(envelope(body, stanza_id=-i, conversation_id=cid))
+    options = WriterOptions(spill_dir=tmp_path / "spill", linger_s=0.0)
+    async with StorageWriter(pg_url, options) as writer:
+        await writer.durable()  # the schema is checked before the process gets busy
+        engine = writer._engine
+        assert engine is not None
+
+        def busy(*_: Any) -> None:
+            time.sleep(0.6)  # the event loop is busy elsewhere before each statement
+
+        event.listen(engine.sync_engine, "before_cursor_execute", busy)
+        for env in envs:
+            writer.submit(env)
+        async with asyncio.timeout(60):
+            await writer.durable()
+    rows = await fetch(
+        pg_url, "SELECT id FROM alicia_reasoning_steps WHERE message_id = 'msg_busy'"
+    )
+    assert sorted(r["id"] for r in rows) == [f"rs_busy{i}" for i in range(1, 6)]
 
 
 async def test_segments_of_a_crashed_writer_are_adopted(pg_url: str, tmp_path: Path) -> None:

@@ -202,13 +202,13 @@ async def test_release_removes_only_its_own_agent_s_entry(
         await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")  # it looks dead
         new = await keeper.hold("room-r", "agent-new")
         assert new is not None and new.fence.epoch == (old.fence.epoch or 0) + 1
-        await asyncio.sleep(0.3)
-        assert old.lost.is_set() and not new.lost.is_set()
+        await asyncio.wait_for(old.lost.wait(), 5)  # its next renewal finds it taken
+        assert not new.lost.is_set()
         await keeper.release(old)
         await asyncio.sleep(1.0)  # the new agent's lease is still renewed
         lease = await keeper.leases.get("room-r")
         assert lease is not None and lease.agent_identity == "agent-new"
-        assert time.time() - lease.heartbeat_at < 0.5
+        assert time.time() - lease.heartbeat_at < 2.0  # renewed every 0.1 s; margin for load
         assert not new.lost.is_set()
         await keeper.release(new)
         lease = await keeper.leases.get("room-r")  # vacant, its epoch kept
