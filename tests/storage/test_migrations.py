@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection
 
 from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
@@ -145,15 +146,29 @@ async def test_upgrade_and_downgrade_on_an_empty_database(empty_url: str) -> Non
 async def test_a_slow_migration_is_not_ended_by_the_idle_transaction_timeout(
     postgres_server: Any, tmp_path: Path
 ) -> None:
-    """Writers' and leases' engines have the server end a transaction idle for half a
-    second; Alembic reads its scripts between statements, which took longer than that on
-    a loaded machine (the leases table was then never made). Here the bound is 1 ms."""
+    """Fenced writers' and leases' engines have the server end a transaction left idle;
+    Alembic reads its scripts between statements, which took longer than that on a loaded
+    machine (the leases table was then never made). Here the connection ends a
+    transaction idle for 0.2 s, and the process is busy for 0.3 s once mid-migration."""
     url = await new_database("postgres", postgres_server, tmp_path, "slowmigr")
-    engine = create_engine(url, idle_txn_timeout_s=0.001)
+    engine = create_engine(url, pool_size=1)
     try:
+        async with engine.connect() as conn:  # connected (the dialect's first queries)
+            await conn.execute(text("SET SESSION idle_in_transaction_session_timeout = 200"))
+            await conn.commit()
+        statements = 0
+
+        def busy(*_: Any) -> None:
+            nonlocal statements
+            statements += 1
+            if statements == 5:
+                time.sleep(0.3)
+
+        event.listen(engine.sync_engine, "before_cursor_execute", busy)
         await migrate_once(engine)
     finally:
         await engine.dispose()
+    assert statements > 5
     assert (await schema(url))["tables"] == set(TABLE_NAMES)
 
 
