@@ -39,9 +39,11 @@ WAKE_WATCH_S = 6.0
 
 
 async def moved_from(client: FollowingClient, olds: set[str], within: float) -> str:
-    """Wait until ``client`` follows (and resumed with) an agent not in ``olds``."""
+    """Wait until ``client`` follows an agent not in ``olds`` and resumed with it (one
+    resume more than before)."""
+    resumes = len(client.resumed)
     async with asyncio.timeout(within):
-        while client.agent in olds or not client.resumed:
+        while client.agent in olds or len(client.resumed) <= resumes:
             await asyncio.sleep(0.05)
     return client.agent
 
@@ -98,7 +100,7 @@ async def test_a_stopped_agent_whose_room_moved_twice_stores_nothing_when_it_wak
         )
         assert late_steps == [], f"the woken agent's steps were stored: {late_steps}"
         assert await lease(url, room) == (c, epoch_c)
-        c_first = min(t for who, t, _ in client.heard if who == c)
+        c_first = min((t for who, t, _ in client.heard if who == c), default=woke)
         late = [round(t - woke, 2) for who, t, _ in client.heard if who == a and t >= c_first]
         assert late == [], f"the room heard the woken agent: {late}"
         log = first.log(tail=10**7)
