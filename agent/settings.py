@@ -14,13 +14,13 @@ Exception tree::
 from __future__ import annotations
 
 import functools
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from alicia.agent.engine.options import EngineOptions, ParticipantLimits, TurnOptions
+from alicia.agent.env import EnvReader, SettingsError
 from alicia.agent.llm.providers import PROFILES, resolve
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "WatchSettings", "load"]
@@ -29,12 +29,6 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are Alicia, a helpful voice assistant. Think step by step, use the tools when "
     "they help, and answer in a few short sentences."
 )
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
-class SettingsError(ValueError):
-    """A required environment variable is missing or a value does not parse."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,6 +193,14 @@ class Settings:
     finish before the worker leaves its rooms (to the watcher)."""
     http_port: int = 0
     """``ALICIA_HTTP_PORT`` (default 0 = any free port): the worker's health-check HTTP port."""
+    metrics_port: int | None = None
+    """``ALICIA_METRICS_PORT`` (default unset: no metrics): the port of the worker's
+    Prometheus ``/metrics`` (livekit-agents' ``prometheus_port``), with every job
+    process's numbers in it. Traces are configured the OpenTelemetry way (``OTEL_*``)."""
+    trace_content: Literal["none", "summary", "full"] = "none"
+    """``ALICIA_TRACE_CONTENT`` (default ``none``): reasoning text in traces, as a
+    ``ReasoningPart`` of ``gen_ai.output.messages``: ``summary`` (each step's first
+    sentence) or ``full``. Refused with ``ALICIA_ZDR``."""
     replay_keep: int = 200
     """``ALICIA_REPLAY_KEEP`` (default 200): server envelopes each conversation keeps in memory
     to re-send to a resuming client (PROTOCOL.md §4.9); a larger gap gets ErrorMessage 202."""
@@ -298,7 +300,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Build settings from ``env`` (a mapping like ``os.environ``); see each field."""
-        r = _Reader(env)
+        r = EnvReader(env)
         executor = r.text("ALICIA_JOB_EXECUTOR", "process")
         if executor not in ("process", "thread"):
             raise SettingsError(f"ALICIA_JOB_EXECUTOR must be process or thread, not {executor!r}")
@@ -356,6 +358,10 @@ class Settings:
             heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 1.5, low=0.1),
             drain_turn_timeout_s=r.number("ALICIA_DRAIN_TURN_TIMEOUT", 30.0, low=0.0),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
+            metrics_port=r.optional_integer("ALICIA_METRICS_PORT", low=1),
+            trace_content=_trace_content(
+                r.optional("ALICIA_TRACE_CONTENT"), zdr=r.flag("ALICIA_ZDR", False)
+            ),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
             replay_max_bytes=r.integer("ALICIA_REPLAY_MAX_BYTES", 65536, low=1),
             resume_burst=r.integer("ALICIA_RESUME_BURST", 3, low=1),
@@ -417,7 +423,7 @@ class WatchSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> WatchSettings:
         """Build the watcher's settings from ``env``."""
-        r = _Reader(env)
+        r = EnvReader(env)
         return cls(
             livekit_url=r.required("LIVEKIT_URL"),
             livekit_api_key=r.required("LIVEKIT_API_KEY"),
@@ -509,6 +515,18 @@ def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "n
     )
 
 
+def _trace_content(value: str | None, *, zdr: bool) -> Literal["none", "summary", "full"]:
+    content = (value or "none").strip().lower()
+    if content not in ("none", "summary", "full"):
+        raise SettingsError(f"ALICIA_TRACE_CONTENT must be none, summary or full, not {value!r}")
+    if content != "none" and zdr:
+        raise SettingsError(
+            f"ALICIA_TRACE_CONTENT={content} puts reasoning into traces, which ALICIA_ZDR "
+            "forbids (no plaintext reasoning leaves the worker): unset one of them"
+        )
+    return "full" if content == "full" else "summary" if content == "summary" else "none"
+
+
 def _keys(value: str | None) -> tuple[tuple[str, bytes], ...]:
     from alicia.agent.engine.sealing import KeyConfigError, parse_keys
 
@@ -516,74 +534,6 @@ def _keys(value: str | None) -> tuple[tuple[str, bytes], ...]:
         return tuple(parse_keys(value or ""))
     except KeyConfigError as exc:
         raise SettingsError(f"ALICIA_REASONING_KEYS: {exc}") from None
-
-
-class _Reader:
-    """Typed access to an environment mapping, with errors that name the variable."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self._env = env
-
-    def optional(self, name: str) -> str | None:
-        value = self._env.get(name, "").strip()
-        return value or None
-
-    def required(self, name: str) -> str:
-        value = self.optional(name)
-        if value is None:
-            raise SettingsError(f"{name} is required")
-        return value
-
-    def text(self, name: str, default: str) -> str:
-        value = self._env.get(name)
-        return default if value is None or not value.strip() else value
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.optional(name)
-        if value is None:
-            return default
-        if value.lower() in _TRUE:
-            return True
-        if value.lower() in _FALSE:
-            return False
-        raise SettingsError(f"{name} must be true or false, not {value!r}")
-
-    def number(self, name: str, default: float, *, low: float) -> float:
-        value = self.optional_number(name)
-        if value is None:
-            return default
-        if not value >= low:
-            raise SettingsError(f"{name} must be at least {low}, not {value}")
-        return value
-
-    def optional_number(self, name: str) -> float | None:
-        value = self.optional(name)
-        if value is None:
-            return None
-        try:
-            number = float(value)
-        except ValueError:
-            raise SettingsError(f"{name} must be a number, not {value!r}") from None
-        if math.isnan(number):
-            raise SettingsError(f"{name} must be a number, not {value!r}")
-        return number
-
-    def integer(self, name: str, default: int, *, low: int) -> int:
-        value = self.optional(name)
-        if value is None:
-            return default
-        try:
-            number = int(value)
-        except ValueError:
-            raise SettingsError(f"{name} must be an integer, not {value!r}") from None
-        if number < low:
-            raise SettingsError(f"{name} must be at least {low}, not {number}")
-        return number
-
-    def optional_integer(self, name: str, *, low: int) -> int | None:
-        if self.optional(name) is None:
-            return None
-        return self.integer(name, low, low=low)
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import openai
 
 from alicia.agent.engine.sink import NullSink, StepSink
-from alicia.agent.engine.telemetry import TurnTelemetry
+from alicia.agent.engine.telemetry import TraceContent, TurnTelemetry
 
 if TYPE_CHECKING:
     from alicia.agent.settings import Settings
@@ -76,11 +76,20 @@ def open_llm(settings: Settings) -> openai.AsyncOpenAI:
     )
 
 
+def open_telemetry(settings: Settings) -> TurnTelemetry:
+    """The engine's telemetry for ``settings``' turns: OpenTelemetry when the ``OTEL_*``
+    environment asks for traces or ``ALICIA_METRICS_PORT`` for metrics
+    (``alicia.agent.telemetry.setup``), else nothing per turn. One per process and
+    provider."""
+    return _telemetry(
+        settings.turn_options().provider.name,
+        settings.metrics_port is not None,
+        settings.trace_content,
+    )
+
+
 @functools.cache
-def open_telemetry(provider_name: str) -> TurnTelemetry:
-    """The engine's telemetry for turns of the provider ``provider_name``: OpenTelemetry
-    when the ``OTEL_*`` environment asks for traces (``alicia.agent.telemetry.setup``),
-    else nothing per turn. One per process and provider."""
+def _telemetry(provider_name: str, metrics_on: bool, content: TraceContent) -> TurnTelemetry:
     from alicia.agent.telemetry import telemetry_from_env
 
-    return telemetry_from_env(provider_name)
+    return telemetry_from_env(provider_name, metrics_on=metrics_on, content=content)

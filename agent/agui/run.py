@@ -261,7 +261,7 @@ class Runs:
         )
         session.attach(_Source(self.tools is not None))
         session.outbox.store = None  # a run is one HTTP response: no room to take over
-        session.telemetry = open_telemetry(self.options.provider.name)
+        session.telemetry = open_telemetry(self.settings)
         try:
             await session.load_data_key()
             sealer = session.sealer

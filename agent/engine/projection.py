@@ -180,6 +180,7 @@ class TurnProjection:
         """The last sentence, sent with the turn's end (its stored copy carries the figures)."""
         self.ended = False
         self.trace = session.telemetry.turn_opened(session.id, answer_id, self.model)
+        self._trace_content = session.telemetry.content
 
     def stop(self, ack: tuple[str, int] | None = None) -> None:
         """Stop the turn; ``ack`` is acknowledged after the answer is closed."""
@@ -340,9 +341,15 @@ class TurnProjection:
             await out.send(hidden, groups["encrypted"], meta=meta, store=False, level="encrypted")
 
     def _traced(self, event: StepReady, groups: dict[Visibility, list[str]]) -> None:
-        """Telemetry sees the step's index, length and recipients per level (no text)."""
+        """Telemetry sees the step's index, length and recipients per level, and only the
+        text its content policy asks for."""
         recipients: dict[str, int] = {level: len(who) for level, who in groups.items()}
-        self.trace.step_sent(event.index, len(event.text), recipients)
+        content, text = self._trace_content, None
+        if content == "full":
+            text = event.text
+        elif content == "summary":
+            text = event.summary or extractive_summary(event.text)
+        self.trace.step_sent(event.index, len(event.text), recipients, text)
 
     async def _summarize(
         self,

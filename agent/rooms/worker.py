@@ -95,6 +95,27 @@ def _prewarm_offline_speech(proc: JobProcess) -> None:
     prewarm()
 
 
+@functools.cache
+def share_tracer_provider() -> None:
+    """With traces on, livekit-agents' spans go to this process's tracer provider too, so
+    a voice turn's spans and ours are one trace. Their conversational content (the
+    ``lk.pii.*`` attributes: user and assistant text, tool arguments) is stripped
+    (``alicia.agent.telemetry.content``) unless ``LIVEKIT_TELEMETRY_ALLOW_PII`` (its own
+    switch) asks for it; livekit-agents' own stripping would also take our reasoning part
+    (``ALICIA_TRACE_CONTENT``), so it is left to ours."""
+    from alicia.agent.telemetry import tracer_provider, tracing_enabled
+
+    if not tracing_enabled():
+        return
+    from livekit.agents import telemetry
+
+    allow = os.environ.get("LIVEKIT_TELEMETRY_ALLOW_PII", "").strip().lower() in _TRUE
+    telemetry.set_tracer_provider(tracer_provider(foreign_content=allow), allow_pii=True)
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
 def build_server(settings: Settings) -> AgentServer:
     """The AgentServer for ``settings``, with :func:`entrypoint` as its rtc session."""
     if settings.native_logs == "stderr":
@@ -115,6 +136,10 @@ def build_server(settings: Settings) -> AgentServer:
         api_secret=settings.livekit_api_secret,
         job_executor_type=JobExecutorType(settings.job_executor),
         port=settings.http_port,
+        prometheus_port=settings.metrics_port,
+        prometheus_multiproc_dir=(
+            os.environ.get("PROMETHEUS_MULTIPROC_DIR") if settings.metrics_port else None
+        ),
         **options,
     )
     if settings.voice_mode == "offline":
@@ -152,6 +177,7 @@ def build_server(settings: Settings) -> AgentServer:
 async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
+    share_tracer_provider()
     if _on_shared_loop(settings):
         try:
             await shared_room_loop().run(_serve_own_room(ctx, settings))
@@ -246,7 +272,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
                 tools=default_tools(),
                 keys=keys,
             )
-            conversation.session.telemetry = open_telemetry(settings.turn_options().provider.name)
+            conversation.session.telemetry = open_telemetry(settings)
             if conventions is not None:
                 conversation.session.observers.append(conventions)
                 conventions.start()

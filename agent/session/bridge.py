@@ -18,14 +18,14 @@ the protocol clients in the room, through the same projection and under the same
 * a UserMessage from a protocol client -> ``generate_reply(user_input=...)``;
 * an authorised ControlStop -> the speech is interrupted.
 
-Preemptive generation (livekit-agents runs the LLM before the user's turn is confirmed,
-and discards that speech when the user goes on speaking): a speech that is not yet
-scheduled is held. What its LLM reports waits, bounded, and goes out only once the
-session schedules the speech; a speech discarded before that leaves nothing, to no
-client and no storage (``protocol/DECISIONS.md``).
+Preemptive generation (the LLM runs before the user's turn is confirmed, and the speech
+is discarded if the user goes on): a speech not yet scheduled is held; what its LLM
+reports waits, bounded, until the session schedules it. A speech discarded before that
+leaves nothing, to no client and no storage (``protocol/DECISIONS.md``).
 
-The bridge never changes what the session speaks. With an LLM that does not report
-reasoning (livekit's own plugins), it still reports transcripts, tools and answers.
+It never changes what the session speaks; with an LLM that reports no reasoning
+(livekit's own plugins) it still reports transcripts, tools and answers. A turn's span
+(``alicia.agent.telemetry``) nests under the speech's first ``llm_request`` span.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from livekit.agents.voice.events import (
     SpeechCreatedEvent,
     UserInputTranscribedEvent,
 )
+from opentelemetry import context as otel_context
 
 from alicia.agent.engine.assembler import TurnAssembler
 from alicia.agent.engine.events import StepReady, TurnEvent, TurnStatus, Usage
@@ -64,9 +65,10 @@ from alicia.agent.engine.sink import StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
 from alicia.agent.rooms.transport import RoomTransport, announce
 from alicia.agent.session.progress import ProgressSpeaker, Remark
-from alicia.agent.session.speeches import running_speech
+from alicia.agent.session.speeches import running_speech, speech_failed, spoken_text
 from alicia.agent.session.spoken import announce_remark, listening_level
 from alicia.agent.settings import Settings
+from alicia.agent.wiring import open_telemetry
 from alicia.protocol import ids as id_prefix
 from alicia.protocol import new_id
 
@@ -130,6 +132,8 @@ class ReasoningBridge:
         """Open turns by speech id."""
         self._requests: dict[str, TurnRequest] = {}
         """Protocol UserMessages by the id of the speech that answers them."""
+        self._trace_parents: dict[str, object] = {}
+        """Each speech's first LLM request's trace context: its turn's span nests there."""
         self._heard: list[tuple[str, str, str]] = []
         """Final transcripts not yet answered: (user message id, identity, text)."""
         self._tasks: list[asyncio.Task[None]] = []
@@ -151,6 +155,7 @@ class ReasoningBridge:
             sink=self._sink,
             keys=self._keys,
         )
+        self.session.telemetry = open_telemetry(self._settings)
         self.session.attach(self)
         s = self._agent_session
         s.on("user_input_transcribed", self._on_transcribed)
@@ -289,8 +294,16 @@ class ReasoningBridge:
     # -- what the LLM reports (agent.session.llm) -----------------------------------
 
     def round_started(self, round_id: str) -> None:
-        """An LLM round of the current speech starts."""
-        turn = self._current_turn()
+        """An LLM round of the current speech starts (in livekit-agents' LLM request
+        span: the turn's span nests under the first one)."""
+        handle = self._speech()
+        if handle is None:
+            return
+        turn = self._turns.get(handle.id)
+        if handle.id not in self._trace_parents and len(self._trace_parents) < _MAX_PENDING:
+            parent = self._trace_parents[handle.id] = otel_context.get_current()
+            if turn is not None and turn.projection is not None:
+                turn.projection.trace.within(parent)
         if turn is not None:
             self._later(lambda: self._piece(turn, _new_round))
 
@@ -456,6 +469,9 @@ class ReasoningBridge:
         model = getattr(self._agent_session.llm, "model", None)
         if isinstance(model, str):
             turn.projection.model = model
+        parent = self._trace_parents.get(handle.id)
+        if parent is not None:
+            turn.projection.trace.within(parent)
 
     async def _seed(self, user_id: str) -> None:
         """Continue a stored ``stepIndex`` chain (at most 1 s for storage to answer)."""
@@ -533,6 +549,7 @@ class ReasoningBridge:
                 await self._emit(turn, turn.assembler.tool_finished(request_id, outcome))
 
     async def _close(self, handle: SpeechHandle) -> None:
+        self._trace_parents.pop(handle.id, None)
         turn = self._turns.get(handle.id)
         if turn is not None and turn.held is not None:
             if not handle.scheduled:  # discarded before it was scheduled: nothing shown
@@ -543,16 +560,12 @@ class ReasoningBridge:
         if turn is None or turn.assembler is None:
             return
         a = turn.assembler
-        spoken = " ".join(
-            item.text_content or ""
-            for item in handle.chat_items
-            if isinstance(item, llm.ChatMessage) and item.role == "assistant"
-        ).strip()
+        spoken = spoken_text(handle)
         if not a.answer and spoken:  # said without an LLM round (session.say)
             await self._emit(turn, a.answer_text(spoken))
         status: TurnStatus = "complete"
         error = None
-        if turn.failed is not None or _failed(handle):
+        if turn.failed is not None or speech_failed(handle):
             status, error = "failed", turn.failed or LLMUnavailable("the reply failed")
         elif handle.interrupted:
             status = "stopped"
@@ -575,12 +588,6 @@ def _new_round(a: TurnAssembler) -> list[TurnEvent]:
 
 def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
-
-
-def _failed(handle: SpeechHandle) -> bool:
-    with contextlib.suppress(asyncio.InvalidStateError):
-        return handle.exception() is not None
-    return False
 
 
 def _result(output: str) -> dict[str, Any]:

@@ -9,12 +9,14 @@ the floor until its tool reply is scheduled again).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
-from livekit.agents import AgentSession
+from livekit.agents import AgentSession, llm
 from livekit.agents.voice import SpeechHandle
 
-__all__ = ["running_speech"]
+__all__ = ["running_speech", "speech_failed", "spoken_text"]
 
 
 def running_speech(session: AgentSession[Any]) -> SpeechHandle | None:
@@ -31,3 +33,19 @@ def running_speech(session: AgentSession[Any]) -> SpeechHandle | None:
         return session.current_speech
     except Exception:  # no activity (closing)
         return None
+
+
+def speech_failed(handle: SpeechHandle) -> bool:
+    """Whether the speech ended with an error (False while it runs)."""
+    with contextlib.suppress(asyncio.InvalidStateError):
+        return handle.exception() is not None
+    return False
+
+
+def spoken_text(handle: SpeechHandle) -> str:
+    """What the speech said: its assistant messages' text, joined."""
+    return " ".join(
+        item.text_content or ""
+        for item in handle.chat_items
+        if isinstance(item, llm.ChatMessage) and item.role == "assistant"
+    ).strip()

@@ -3,6 +3,12 @@ the turn's figures as metrics (:mod:`.otel`), set up from the standard ``OTEL_*`
 environment (:mod:`.setup`)."""
 
 from .otel import OtelTelemetry
-from .setup import telemetry_from_env, tracing_enabled
+from .setup import meter_provider, telemetry_from_env, tracer_provider, tracing_enabled
 
-__all__ = ["OtelTelemetry", "telemetry_from_env", "tracing_enabled"]
+__all__ = [
+    "OtelTelemetry",
+    "meter_provider",
+    "telemetry_from_env",
+    "tracer_provider",
+    "tracing_enabled",
+]

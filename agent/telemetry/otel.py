@@ -15,8 +15,11 @@ Each turn is one span, named as the GenAI semantic conventions name an inference
   ``alicia.step.length`` and ``alicia.step.recipients.<level>``; one per tool call,
   ``alicia.tool.call`` (its name).
 
-No reasoning text, summary, remark or user text goes into a span: the port never carries
-any. The metrics (same names where a span attribute has one): ``alicia.turns`` (by
+By default no reasoning text, summary, remark or user text goes into a span: the port
+carries none. With ``content`` ``summary`` or ``full`` (``ALICIA_TRACE_CONTENT``), the
+span's ``gen_ai.output.messages`` holds one assistant message whose only part is a
+``ReasoningPart`` (``{"type": "reasoning", "content": ...}``): each step's summary or
+its text, in order. The metrics (same names where a span attribute has one): ``alicia.turns`` (by
 status and model), ``gen_ai.client.token.usage`` (by ``gen_ai.token.type``: ``input``,
 ``output``, ``reasoning``), ``alicia.reasoning.thinking_time``,
 ``alicia.reasoning.time_to_first_step`` (histograms, seconds) and
@@ -25,20 +28,41 @@ status and model), ``gen_ai.client.token.usage`` (by ``gen_ai.token.type``: ``in
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Mapping
 
-from opentelemetry import metrics, trace
+from opentelemetry import context, metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from alicia.agent.engine.events import TurnStatus, Usage
-from alicia.agent.engine.telemetry import TurnTrace
+from alicia.agent.engine.telemetry import TraceContent, TurnTrace
 
 __all__ = ["OtelTelemetry", "OtelTurn"]
 
 SCOPE = "alicia.reasoning"
 """The instrumentation scope of our spans and metrics."""
+SECONDS_BUCKETS = [
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+]
+"""Histogram buckets of times: the GenAI conventions' advice for operation durations."""
+TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+"""Histogram buckets of token counts: the GenAI conventions' advice."""
 
 
 class OtelTelemetry:
@@ -50,10 +74,13 @@ class OtelTelemetry:
         provider_name: str,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        content: TraceContent = "none",
     ) -> None:
         """``provider_name``: ``gen_ai.provider.name`` (the model's provider); the
-        providers: the global ones when not given."""
+        providers: the global ones when not given; ``content``: the reasoning a span
+        carries (see the module docstring)."""
         self.provider_name = provider_name
+        self._content: TraceContent = content
         self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
         self.turns = meter.create_counter("alicia.turns", unit="{turn}", description="Turns")
@@ -61,18 +88,28 @@ class OtelTelemetry:
             "alicia.reasoning.steps", unit="{step}", description="Reasoning steps sent"
         )
         self.tokens = meter.create_histogram(
-            "gen_ai.client.token.usage", unit="{token}", description="Tokens per turn"
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Tokens per turn",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
         )
         self.thinking = meter.create_histogram(
             "alicia.reasoning.thinking_time",
             unit="s",
             description="From the first reasoning text to the answer's start",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
         self.first_step = meter.create_histogram(
             "alicia.reasoning.time_to_first_step",
             unit="s",
             description="From the turn's start to its first reasoning step sent",
+            explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
+
+    @property
+    def content(self) -> TraceContent:
+        """The reasoning a span may carry."""
+        return self._content
 
     def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
         """A span for the turn, under the current span."""
@@ -85,29 +122,53 @@ class OtelTurn:
     def __init__(
         self, owner: OtelTelemetry, conversation_id: str, answer_id: str, model: str
     ) -> None:
-        """Start the span (see :class:`OtelTelemetry`)."""
+        """Note the turn; its span starts at the turn's first event (under
+        :meth:`within`'s context if given by then, else the one current now), dated now."""
         self.owner = owner
         self.model = model
         self.opened = time.monotonic()
-        self.span = owner.tracer.start_span(
-            f"chat {model}",
-            kind=SpanKind.CLIENT,
-            attributes={
-                "gen_ai.operation.name": "chat",
-                "gen_ai.request.model": model,
-                "gen_ai.provider.name": owner.provider_name,
-                "gen_ai.conversation.id": conversation_id,
-                "alicia.answer.id": answer_id,
-            },
-        )
+        self.opened_ns = time.time_ns()
+        self.parent: Context = context.get_current()
+        self.attributes: dict[str, str] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "gen_ai.provider.name": owner.provider_name,
+            "gen_ai.conversation.id": conversation_id,
+            "alicia.answer.id": answer_id,
+        }
+        self._span: trace.Span | None = None
         self.first_step: float | None = None
         self.answer_at: float | None = None
         self.per_level: Counter[str] = Counter()
         self.steps = 0
         self.tools = 0
+        self.reasoning: list[str] = []
 
-    def step_sent(self, index: int, length: int, recipients: Mapping[str, int]) -> None:
-        """An event for the step (no text); the first one's time."""
+    @property
+    def span(self) -> trace.Span:
+        """The turn's span, started on first use."""
+        if self._span is None:
+            self._span = self.owner.tracer.start_span(
+                f"chat {self.model}",
+                context=self.parent,
+                kind=SpanKind.CLIENT,
+                attributes=self.attributes,
+                start_time=self.opened_ns,
+            )
+        return self._span
+
+    def within(self, parent: object) -> None:
+        """Nest the span under ``parent`` (an OpenTelemetry ``Context``), unless started."""
+        if self._span is None and isinstance(parent, Context):
+            self.parent = parent
+
+    def step_sent(
+        self, index: int, length: int, recipients: Mapping[str, int], text: str | None
+    ) -> None:
+        """An event for the step (no text); the first one's time; ``text`` kept for the
+        reasoning part."""
+        if text is not None:
+            self.reasoning.append(text)
         now = time.monotonic()
         if self.first_step is None:
             self.first_step = now - self.opened
@@ -162,6 +223,10 @@ class OtelTurn:
             span.set_attribute("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
             for kind, count in counts.items():
                 owner.tokens.record(count, {**model, "gen_ai.token.type": kind})
+        if self.reasoning:
+            part = {"type": "reasoning", "content": "\n\n".join(self.reasoning)}
+            message = {"role": "assistant", "parts": [part]}
+            span.set_attribute("gen_ai.output.messages", json.dumps([message]))
         owner.turns.add(1, {**model, "alicia.turn.status": status})
         if status == "failed":
             span.set_status(Status(StatusCode.ERROR, "the turn failed"))

@@ -4,7 +4,11 @@ Tracing is on when an OTLP endpoint is configured (``OTEL_EXPORTER_OTLP_ENDPOINT
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), unless ``OTEL_SDK_DISABLED=true`` or
 ``OTEL_TRACES_EXPORTER=none``. The SDK reads the rest itself: ``OTEL_SERVICE_NAME`` and
 ``OTEL_RESOURCE_ATTRIBUTES`` (the resource), ``OTEL_TRACES_SAMPLER`` and its argument,
-the exporter's headers, timeout and protocol options. Off, the engine keeps
+the exporter's headers, timeout and protocol options.
+
+Metrics are on when the front end asks (the worker's ``ALICIA_METRICS_PORT``): the
+OpenTelemetry meter, read every second into Prometheus' multiprocess files
+(:mod:`.prometheus`) that the worker's ``/metrics`` merges. With neither, the engine keeps
 :data:`~alicia.agent.engine.telemetry.NO_TELEMETRY`: nothing is done per turn.
 """
 
@@ -13,20 +17,33 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from typing import Literal
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from alicia.agent.engine.telemetry import NO_TELEMETRY, TurnTelemetry
 
-from .otel import OtelTelemetry
+from .content import ForeignContentFilter
+from .otel import SCOPE, OtelTelemetry
+from .prometheus import PrometheusFiles
 
-__all__ = ["telemetry_from_env", "tracer_provider", "tracing_enabled"]
+__all__ = [
+    "meter_provider",
+    "telemetry_from_env",
+    "tracer_provider",
+    "tracing_enabled",
+]
 
 _LOCK = threading.Lock()
 _PROVIDER: TracerProvider | None = None
+_METERS: MeterProvider | None = None
+METRICS_INTERVAL_MS = 1000
+"""How often a process writes its numbers for ``/metrics`` (milliseconds)."""
 
 
 def tracing_enabled(env: Mapping[str, str] = os.environ) -> bool:
@@ -40,24 +57,55 @@ def tracing_enabled(env: Mapping[str, str] = os.environ) -> bool:
     )
 
 
-def tracer_provider() -> TracerProvider:
+def tracer_provider(*, foreign_content: bool = False) -> TracerProvider:
     """This process's tracer provider exporting over OTLP/HTTP, made once and set as the
-    global one (so the host framework's spans and ours share it and its traces)."""
+    global one (so the host framework's spans and ours share it and its traces). Other
+    instrumentations' conversation text is stripped (:mod:`.content`) unless
+    ``foreign_content`` (the first call decides)."""
     global _PROVIDER
     with _LOCK:
         if _PROVIDER is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
             provider = TracerProvider(resource=Resource.create())
+            if not foreign_content:
+                provider.add_span_processor(ForeignContentFilter(SCOPE))
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
             trace.set_tracer_provider(provider)
             _PROVIDER = provider
         return _PROVIDER
 
 
-def telemetry_from_env(provider_name: str, env: Mapping[str, str] = os.environ) -> TurnTelemetry:
-    """The engine's telemetry: :class:`OtelTelemetry` on :func:`tracer_provider` when
-    ``env`` asks for traces, else :data:`NO_TELEMETRY`."""
-    if not tracing_enabled(env):
+def meter_provider() -> MeterProvider:
+    """This process's meter provider writing to Prometheus' files every
+    :data:`METRICS_INTERVAL_MS`, made once and set as the global one."""
+    global _METERS
+    with _LOCK:
+        if _METERS is None:
+            reader = PeriodicExportingMetricReader(
+                PrometheusFiles(), export_interval_millis=METRICS_INTERVAL_MS
+            )
+            _METERS = MeterProvider(metric_readers=[reader], resource=Resource.create())
+            metrics.set_meter_provider(_METERS)
+        return _METERS
+
+
+def telemetry_from_env(
+    provider_name: str,
+    env: Mapping[str, str] = os.environ,
+    *,
+    metrics_on: bool = False,
+    content: Literal["none", "summary", "full"] = "none",
+) -> TurnTelemetry:
+    """The engine's telemetry: :class:`OtelTelemetry` with traces when ``env`` asks for
+    them and metrics when ``metrics_on``, else :data:`NO_TELEMETRY`. ``content``: the
+    reasoning a turn's span carries (``ALICIA_TRACE_CONTENT``)."""
+    tracing = tracing_enabled(env)
+    if not tracing and not metrics_on:
         return NO_TELEMETRY
-    return OtelTelemetry(provider_name=provider_name, tracer_provider=tracer_provider())
+    return OtelTelemetry(
+        provider_name=provider_name,
+        tracer_provider=tracer_provider() if tracing else trace.NoOpTracerProvider(),
+        meter_provider=meter_provider() if metrics_on else metrics.NoOpMeterProvider(),
+        content=content,
+    )

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,7 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from alicia.agent.engine.telemetry import NO_TELEMETRY
+from alicia.agent.engine.telemetry import NO_TELEMETRY, TraceContent
+from alicia.agent.llm.summary import extractive_summary
 from alicia.agent.telemetry import OtelTelemetry, telemetry_from_env, tracing_enabled
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ReasoningStep
@@ -114,3 +117,49 @@ def test_tracing_is_on_only_when_the_otel_environment_asks_for_it() -> None:
     assert not tracing_enabled({**endpoint, "OTEL_SDK_DISABLED": "true"})
     assert not tracing_enabled({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
     assert telemetry_from_env("deepseek", {}) is NO_TELEMETRY
+
+
+async def traced_turn(llm: RecordedLLM, content: TraceContent) -> tuple[dict[str, Any], Any]:
+    """One recorded turn traced with the content policy ``content``: the span's
+    attributes and the stream's spec."""
+    spans = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(spans))
+    spec = llm.spec(STREAM)
+    async with room(llm) as r:
+        r.conversation.session.telemetry = OtelTelemetry(
+            provider_name="deepseek", tracer_provider=tracing, content=content
+        )
+        alice = r.client("alice")
+        await handshake(alice)
+        llm.script(STREAM)
+        alice.send(user_message(spec.user))
+        await alice.wait_for(final_sentence)
+    [span] = spans.get_finished_spans()
+    return dict(span.attributes or {}), spec
+
+
+@pytest.mark.parametrize("content", ["full", "summary"])
+async def test_an_explicit_content_policy_puts_reasoning_only_in_a_reasoning_part(
+    llm: RecordedLLM, content: TraceContent
+) -> None:
+    attrs, spec = await traced_turn(llm, content)
+    [message] = json.loads(str(attrs["gen_ai.output.messages"]))
+    assert message["role"] == "assistant"
+    [part] = message["parts"]
+    assert part["type"] == "reasoning"
+    if content == "full":
+        expected = list(spec.steps)
+    else:
+        expected = [extractive_summary(s) for s in spec.steps]
+        assert part["content"] != "\n\n".join(spec.steps)
+    assert part["content"] == "\n\n".join(expected)
+    # Nowhere else: the other attributes carry no reasoning.
+    rest = json.dumps({k: v for k, v in attrs.items() if k != "gen_ai.output.messages"})
+    for step in spec.steps:
+        assert step[:40] not in rest
+
+
+async def test_by_default_the_span_has_no_output_messages(llm: RecordedLLM) -> None:
+    attrs, _ = await traced_turn(llm, "none")
+    assert "gen_ai.output.messages" not in attrs

@@ -59,6 +59,21 @@ def test_benchmark_ends_with_its_result_line(
     assert re.fullmatch(pattern, last), last
 
 
+def test_the_telemetry_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
+    """bench/telemetry.py (tracing and metrics on against off), one tiny trial."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench/telemetry.py"), "--trials", "1", "--turns", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"RESULT token_overhead_pct=-?[0-9.]+ step_overhead_us=-?[0-9.]+", last)
+
+
 def test_every_benchmark_script_is_run_by_a_smoke_test() -> None:
     """A new script in bench/ gets a smoke run in one of the test_bench_* modules."""
     here = "".join(p.read_text() for p in Path(__file__).parent.glob("test_bench_*.py"))

@@ -63,6 +63,7 @@ def test_every_variable_is_read() -> None:
         "ALICIA_REPLAY_MAX_BYTES": "1000",
         "ALICIA_RESUME_BURST": "2",
         "ALICIA_RESUME_RATE": "0.5",
+        "ALICIA_METRICS_PORT": "9464",
     }
     s = Settings.from_env(env)
     assert (s.llm_api_key, s.database_url) == ("sk-test", env["DATABASE_URL"])
@@ -78,6 +79,7 @@ def test_every_variable_is_read() -> None:
     assert s.reasoning_visibility == "full" and s.zdr
     assert (s.summary_model, s.summary_timeout_s, s.summary_concurrency) == ("qwen3-0.6b", 1.5, 3)
     assert (s.replay_max_bytes, s.resume_burst, s.resume_rate_per_s) == (1000, 2, 0.5)
+    assert (s.metrics_port, s.trace_content) == (9464, "none")
 
 
 def test_reasoning_is_withheld_unless_a_grant_or_the_deployment_says_otherwise() -> None:
@@ -111,6 +113,16 @@ def test_secrets_stay_out_of_repr() -> None:
         ({"ALICIA_NATIVE_LOGS": "CAPTURE"}, "ALICIA_NATIVE_LOGS must be stderr or capture"),
         ({"ALICIA_REASONING_VISIBILITY": "all"}, "ALICIA_REASONING_VISIBILITY must be full"),
         ({"ALICIA_RESUME_BURST": "0"}, "ALICIA_RESUME_BURST must be at least 1"),
+        ({"ALICIA_TRACE_CONTENT": "all"}, "ALICIA_TRACE_CONTENT must be none, summary or full"),
+        ({"ALICIA_METRICS_PORT": "0"}, "ALICIA_METRICS_PORT must be at least 1"),
+        (
+            {"ALICIA_TRACE_CONTENT": "full", "ALICIA_ZDR": "true"},
+            "ALICIA_TRACE_CONTENT=full puts reasoning into traces, which ALICIA_ZDR forbids",
+        ),
+        (
+            {"ALICIA_TRACE_CONTENT": "summary", "ALICIA_ZDR": "1"},
+            "ALICIA_TRACE_CONTENT=summary puts reasoning into traces",
+        ),
     ],
 )
 def test_bad_values_name_the_variable(change: dict[str, str], message: str) -> None:

@@ -1,0 +1,163 @@
+"""What tracing and metrics add to a turn: per token and per step, on against off, one run.
+
+Run: ``.venv/bin/python bench/telemetry.py`` (about a minute). Everything in this
+process, on 127.0.0.1:
+
+* **per token**: whole turns of the recorded ``vllm_reasoning`` stream (one SSE chunk per
+  token-sized piece, real HTTP, the real ``openai`` client) through the engine
+  (``Conversation`` with an in-memory transport, as ``tests/engine`` runs it), alternately
+  with telemetry off (:data:`~alicia.agent.engine.telemetry.NO_TELEMETRY`) and on
+  (:class:`~alicia.agent.telemetry.OtelTelemetry` on the SDK's ``TracerProvider`` with a
+  ``BatchSpanProcessor`` and an exporter that drops what it gets, and the meter with the
+  periodic reader writing Prometheus' multiprocess files as the worker does). The
+  figure is the process's CPU time (every thread: the span processor's and the reader's
+  too) per streamed chunk; ``token_overhead_pct`` = (on - off) / off, medians of the
+  trials. The recorded server runs in this process, so its CPU is in both.
+* **per step**: one traced turn of 20 steps (span start, 20 step events, end, the
+  metrics) against the same calls on ``NO_TELEMETRY``, best of several ``timeit``
+  repeats; ``step_overhead_us`` = the difference per step.
+
+Caveat: a shared 2-core machine; the per-token percentage moves by a point or two between
+runs. Targets (issue 35): ``token_overhead_pct <= 2``, ``step_overhead_us <= 50``.
+
+Last line: ``RESULT token_overhead_pct=<x> step_overhead_us=<x>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import timeit
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# The worker's metrics path: prometheus_client in multiprocess mode, set before it loads.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="alicia-bench-"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from alicia.agent.engine.telemetry import NO_TELEMETRY, TurnTelemetry
+from alicia.agent.telemetry import OtelTelemetry
+from alicia.agent.telemetry.prometheus import PrometheusFiles
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import AssistantSentence, Envelope
+from bench._exit import run_and_exit
+from tests.engine.room import handshake, room, user_message
+
+STREAM = "vllm_reasoning"
+
+
+class Dropped(SpanExporter):
+    """An exporter that takes every span and sends it nowhere (the network is not ours)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Accept the batch."""
+        return SpanExportResult.SUCCESS
+
+
+def telemetry_on() -> OtelTelemetry:
+    """Traces and metrics as the worker sets them up, minus the network."""
+    tracing = TracerProvider()
+    tracing.add_span_processor(BatchSpanProcessor(Dropped()))
+    reader = PeriodicExportingMetricReader(PrometheusFiles(), export_interval_millis=1000)
+    return OtelTelemetry(
+        provider_name="vllm", tracer_provider=tracing, meter_provider=MeterProvider([reader])
+    )
+
+
+async def turns(llm: RecordedLLM, telemetry: TurnTelemetry, count: int) -> tuple[float, int]:
+    """CPU seconds of ``count`` turns of :data:`STREAM` and the chunks they streamed."""
+    spec = llm.spec(STREAM)
+    per_turn = (llm.streams_dir / spec.file).read_bytes().count(b"data: ")
+    async with room(llm) as r:
+        r.conversation.session.telemetry = telemetry
+        alice = r.client("alice")
+        await handshake(alice)
+        started = time.process_time()
+        for n in range(1, count + 1):
+            llm.script(STREAM)
+            alice.send(user_message(spec.user))
+            await alice.wait_for(lambda box, n=n: finals(box) >= n, within=60.0)
+        return time.process_time() - started, per_turn * count
+
+
+def finals(box: list[Envelope[Any]]) -> int:
+    """Turns answered in ``box``."""
+    return sum(1 for e in box if isinstance(e.body, AssistantSentence) and e.body.is_final)
+
+
+def per_step_us(steps: int = 20, repeat: int = 7, number: int = 200) -> tuple[float, float]:
+    """Microseconds per step of a traced turn of ``steps`` steps, off and on."""
+    on = telemetry_on()
+
+    def turn(telemetry: TurnTelemetry) -> None:
+        trace = telemetry.turn_opened("conv_bench", "msg_bench", "m")
+        for i in range(1, steps + 1):
+            trace.step_sent(i, 240, {"full": 1, "summary": 1}, None)
+        trace.answer_started()
+        trace.ended("complete", None, 12.0)
+
+    off_s = min(timeit.repeat(lambda: turn(NO_TELEMETRY), repeat=repeat, number=number))
+    on_s = min(timeit.repeat(lambda: turn(on), repeat=repeat, number=number))
+    scale = 1e6 / (number * steps)
+    return off_s * scale, on_s * scale
+
+
+async def amain(args: argparse.Namespace) -> None:
+    """Alternate off and on trials, then the per-step figure; print the RESULT line."""
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
+        f"{args.trials} trials of {args.turns} turns of {STREAM} each way",
+        file=sys.stderr,
+    )
+    on = telemetry_on()
+    off_us: list[float] = []
+    on_us: list[float] = []
+    async with RecordedLLM() as llm:
+        await turns(llm, NO_TELEMETRY, 2)  # warm-up
+        await turns(llm, on, 2)
+        for trial in range(args.trials):
+            for telemetry, out in ((NO_TELEMETRY, off_us), (on, on_us)):
+                seconds, chunks = await turns(llm, telemetry, args.turns)
+                out.append(seconds / chunks * 1e6)
+            print(
+                f"trial {trial + 1}: off {off_us[-1]:.2f} us/chunk, on {on_us[-1]:.2f} us/chunk",
+                file=sys.stderr,
+            )
+    off, on_ = statistics.median(off_us), statistics.median(on_us)
+    pct = (on_ - off) / off * 100
+    step_off, step_on = per_step_us()
+    print(
+        f"per token: off {off:.2f} us, on {on_:.2f} us (median of {args.trials}); "
+        f"per step: off {step_off:.2f} us, on {step_on:.2f} us",
+        file=sys.stderr,
+    )
+    print(f"RESULT token_overhead_pct={pct:.2f} step_overhead_us={step_on - step_off:.2f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments and run."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=7, help="off/on trial pairs")
+    parser.add_argument("--turns", type=int, default=10, help="turns per trial")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    asyncio.run(amain(args))
+
+
+if __name__ == "__main__":
+    run_and_exit(main)

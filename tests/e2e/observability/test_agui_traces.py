@@ -1,0 +1,86 @@
+"""An AG-UI run's turn in real Jaeger (issue 35).
+
+``python -m alicia.agent.agui`` runs with ``OTEL_EXPORTER_OTLP_ENDPOINT`` at Jaeger v2; a
+web app's caller granted ``full`` posts one run answered by the recorded DeepSeek stream
+(canary ``classic trap`` in its reasoning). The caller gets the reasoning (it is
+entitled to it); the trace Jaeger returns has the turn's span with the GenAI attributes,
+the stream's usage, one event per step, and no canary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from alicia.harness import LiveKitServer
+from alicia.harness.observability import Jaeger
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import new_id
+from tests.e2e.observability.conftest import eventually, tags
+from tests.support.agui_endpoint import AguiProcess, agui_token, post_run, run_input, running_agui
+
+pytestmark = [pytest.mark.integration]
+
+STREAM = "deepseek_reasoning_content"
+CANARY = "classic trap"
+USAGE = {"input": 19, "output": 172, "reasoning": 130}
+SERVICE = f"alicia-agui-{new_id('t')}"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def agui(
+    livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
+) -> AsyncIterator[AguiProcess]:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
+        "OTEL_SERVICE_NAME": SERVICE,
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+    async with running_agui(livekit_server, llm.base_url, env=env) as process:
+        yield process
+
+
+def the_turn(jaeger: Jaeger, thread: str) -> dict[str, Any] | None:
+    """The run's ended turn span, once Jaeger has it."""
+    for trace in jaeger.traces(SERVICE):
+        for span in trace["spans"]:
+            attrs = tags(span)
+            if attrs.get("gen_ai.conversation.id") == thread and "alicia.turn.status" in attrs:
+                return {"trace": trace, "span": span}
+    return None
+
+
+async def test_an_agui_run_is_a_trace_in_jaeger_without_its_reasoning(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
+) -> None:
+    spec = llm.spec(STREAM)
+    thread = new_id("conv")
+    llm.script(STREAM)
+    token = agui_token(livekit_server, thread, "web-full", "full")
+    message = {"id": new_id("msg"), "role": "user", "content": spec.user}
+    status, events, text = await post_run(agui.url, token, run_input(thread, [message]))
+    assert status == 200, f"{text}\n{agui.log()}"
+    deltas = [e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT"]
+    assert CANARY in "".join(deltas)  # the entitled caller reads it
+    found = await eventually("the run's trace in Jaeger", lambda: the_turn(jaeger, thread))
+
+    span, trace = found["span"], found["trace"]
+    attrs = tags(span)
+    assert span["operationName"] == "chat recorded-model"
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.usage.input_tokens"] == USAGE["input"]
+    assert attrs["gen_ai.usage.output_tokens"] == USAGE["output"]
+    assert attrs["gen_ai.usage.reasoning.output_tokens"] == USAGE["reasoning"]
+    assert attrs["alicia.turn.status"] == "complete"
+    assert attrs["alicia.reasoning.time_to_first_step"] > 0
+    events_ = [tags(log) for log in span["logs"]]
+    indices = [e["alicia.step.index"] for e in events_ if e.get("event") == "alicia.reasoning.step"]
+    assert indices == list(range(1, len(spec.steps) + 1))
+    whole = json.dumps(trace)
+    assert whole.count(CANARY) == 0
+    for step in spec.steps:
+        assert step[:30] not in whole
