@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
 import sys
-import tempfile
 
 from .settings import SettingsError, load
 
@@ -18,12 +14,12 @@ def main() -> None:
     except SettingsError as exc:
         print(f"alicia worker: {exc} (see agent/settings.py)", file=sys.stderr)
         raise SystemExit(2) from None
-    if settings.metrics_port is not None and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if settings.metrics_port is not None:
         # Before prometheus_client loads: every process of the worker (its jobs too)
-        # writes its numbers here, and the one /metrics merges them.
-        folder = tempfile.mkdtemp(prefix="alicia-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        # writes its numbers there, and the one /metrics merges them.
+        from .wiring import metrics_folder
+
+        metrics_folder()
     from livekit.agents import cli
 
     from .rooms.worker import build_server

@@ -7,9 +7,13 @@ so both front ends open them the same way.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import logging
+import os
+import shutil
+import tempfile
 from typing import TYPE_CHECKING
 
 import openai
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
     from alicia.agent.storage.keys import KeyStore
     from alicia.agent.storage.leases import Fence
 
-__all__ = ["open_keys", "open_llm", "open_sink", "open_telemetry"]
+__all__ = ["metrics_folder", "open_keys", "open_llm", "open_sink", "open_telemetry"]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -93,3 +97,16 @@ def _telemetry(provider_name: str, metrics_on: bool, content: TraceContent) -> T
     from alicia.agent.telemetry import telemetry_from_env
 
     return telemetry_from_env(provider_name, metrics_on=metrics_on, content=content)
+
+
+def metrics_folder() -> str:
+    """Prometheus' multiprocess folder of this process and its children:
+    ``PROMETHEUS_MULTIPROC_DIR``, or a new temporary folder (removed at exit) set there.
+    Call it before anything imports ``prometheus_client`` (livekit-agents does, and
+    ``alicia.agent.telemetry``)."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if not folder:
+        folder = tempfile.mkdtemp(prefix="alicia-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder

@@ -32,11 +32,14 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from alicia.harness import LiveKitServer
+    from alicia.harness.observability import Jaeger
     from alicia.web import WebSettings
 
 __all__ = ["DEFAULT_QUESTION", "build_parser", "default_data_dir", "main"]
 
 DEFAULT_QUESTION: Final = "9.11 and 9.8, which is greater?"
+DEMO_SERVICE: Final = "alicia-demo"
+"""The worker's ``OTEL_SERVICE_NAME`` with ``--traces``."""
 DEMO_MODEL: Final = "alicia-demo-recorded"
 ROOT: Final = Path(__file__).resolve().parent.parent
 WORKER_STOP_SECONDS: Final = 20.0
@@ -79,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--hide-reasoning", action="store_true", help="ask with reasoning hidden")
     p.add_argument(
+        "--traces",
+        action="store_true",
+        help="send the worker's traces to a local Jaeger (built by scripts/setup) and keep it "
+        "up until Ctrl-C",
+    )
+    p.add_argument(
         "--chunk-delay",
         type=float,
         default=0.02,
@@ -103,6 +112,32 @@ async def _livekit(console: Console) -> AsyncIterator[LiveKitServer]:
         yield server
     finally:
         await asyncio.to_thread(server.stop)
+
+
+@contextlib.asynccontextmanager
+async def _jaeger(console: Console) -> AsyncIterator[Jaeger]:
+    from alicia.harness.observability import Jaeger
+
+    server = Jaeger()
+    await asyncio.to_thread(server.start)
+    try:
+        console.print(f"  traces          Jaeger v2 at {server.url} (OTLP/HTTP {server.otlp_url})")
+        yield server
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def _until_stopped() -> None:
+    """Wait for Ctrl-C (or SIGTERM)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
 
 
 async def _close_room(server: LiveKitServer, room: str) -> None:
@@ -272,10 +307,6 @@ async def _web(console: Console, env: dict[str, str], port: int, room: str) -> N
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     try:
         while not server.started:
             if task.done():
@@ -285,10 +316,8 @@ async def _web(console: Console, env: dict[str, str], port: int, room: str) -> N
         url = page_url(config.port, room, settings)
         console.print(f"\n[bold]Web debug page:[/] {url}", soft_wrap=True)
         console.print("  (its token is in the fragment, with the debugging grant) — Ctrl-C to stop")
-        await stop.wait()
+        await _until_stopped()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
         server.should_exit = True
         await task
 
@@ -319,6 +348,10 @@ async def run(args: argparse.Namespace) -> int:
             "ALICIA_JOB_EXECUTOR": os.environ.get("ALICIA_JOB_EXECUTOR", "thread"),
             "PYTHONUNBUFFERED": "1",
         }
+        if args.traces:
+            jaeger = await stack.enter_async_context(_jaeger(console))
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = jaeger.otlp_url
+            env["OTEL_SERVICE_NAME"] = DEMO_SERVICE
         if args.voice:
             env["ALICIA_VOICE"] = "offline"
             # The demo's model answers about 1 s after the turn: a progress cue would be cut
@@ -358,6 +391,17 @@ async def run(args: argparse.Namespace) -> int:
         if code != 0:
             console.print(f"[red]the client exited with {code}; worker log: {data_dir}[/]")
             return code
+        if args.traces:
+            console.print(
+                f"\n[bold]Traces:[/] {jaeger.url}/api/traces?service={DEMO_SERVICE}",
+                soft_wrap=True,
+            )
+            console.print(
+                "  (Jaeger's query API, JSON: each turn is a `chat` span with one log per step)"
+            )
+            if not args.web:
+                console.print("  Ctrl-C to stop")
+                await _until_stopped()
         if args.web:
             await _web(console, env, args.web_port, room)
         await _close_room(livekit, room)

@@ -25,7 +25,7 @@ from typing import Any
 
 from .ports import free_port
 
-__all__ = ["Jaeger", "Prometheus", "jaeger_binary"]
+__all__ = ["Jaeger", "JaegerAPI", "Prometheus", "jaeger_binary"]
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLER = ROOT / "scripts" / "install-jaeger"
@@ -196,18 +196,22 @@ class Jaeger(_Server):
         return [str(jaeger_binary()), "--config", f"file:{config}"]
 
     def traces(self, service: str, **params: str) -> list[dict[str, Any]]:
+        """The traces of ``service`` (see :class:`JaegerAPI`)."""
+        return JaegerAPI(self.url).traces(service, **params)
+
+
+class JaegerAPI:
+    """Jaeger's query API (the one its UI uses) at ``url``."""
+
+    def __init__(self, url: str) -> None:
+        """``url``: the UI's base URL (``http://host:port``)."""
+        self.url = url.rstrip("/")
+
+    def traces(self, service: str, **params: str) -> list[dict[str, Any]]:
         """The traces of ``service`` the query API returns (its JSON ``data``)."""
         query = urllib.parse.urlencode({"service": service, "limit": "100", **params})
         data: list[dict[str, Any]] = _get_json(f"{self.url}/api/traces?{query}")["data"]
         return data
-
-    def trace(self, trace_id: str) -> dict[str, Any]:
-        """One trace by its id."""
-        data = _get_json(f"{self.url}/api/traces/{trace_id}")["data"]
-        if not data:
-            raise LookupError(trace_id)
-        trace: dict[str, Any] = data[0]
-        return trace
 
 
 PROMETHEUS_CONFIG = """\

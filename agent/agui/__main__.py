@@ -8,8 +8,7 @@ import sys
 import uvicorn
 
 from alicia.agent.settings import SettingsError, load
-
-from .app import create_app
+from alicia.agent.wiring import metrics_folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +24,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     host = args.host or settings.agui_host
     port = settings.agui_port if args.port is None else args.port
+    if settings.metrics_port is not None:
+        metrics_folder()  # before prometheus_client loads (with the app)
+        from alicia.agent.telemetry import serve_metrics
+
+        serve_metrics(settings.metrics_port)
+        print(f"metrics on http://127.0.0.1:{settings.metrics_port}/metrics", flush=True)
+    from .app import create_app
+
     print(f"AG-UI endpoint on http://{host}:{port}/agui", flush=True)
     uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
     return 0

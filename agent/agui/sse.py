@@ -22,6 +22,8 @@ from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from alicia.agent.telemetry.instruments import AGUI_REQUESTS
+
 from .limits import Slot
 
 __all__ = ["AbortableApp", "EventResponse", "ReaderStalled"]
@@ -98,12 +100,21 @@ class EventResponse(StreamingResponse):
 class AbortableApp(Starlette):
     """A Starlette app that lets :class:`EventResponse` abort a stalled connection: it
     puts the connection's ``abort`` in the scope when the server's ``send`` exposes its
-    transport (uvicorn's does)."""
+    transport (uvicorn's does). Every response is counted by its status code
+    (``alicia.agui.requests``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one request (or the lifespan)."""
-        if scope["type"] == "http":
-            transport = getattr(getattr(send, "__self__", None), "transport", None)
-            if isinstance(transport, asyncio.Transport):
-                scope[ABORT] = transport.abort
-        await super().__call__(scope, receive, send)
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        if isinstance(transport, asyncio.Transport):
+            scope[ABORT] = transport.abort
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                AGUI_REQUESTS.add(1, {"http.response.status_code": int(message["status"])})
+            await send(message)
+
+        await super().__call__(scope, receive, counted)

@@ -313,6 +313,7 @@ class ProtocolSession:
         self, p: Participant, exc: ProtocolError, originating_id: str | None = None
     ) -> None:
         """Answer ``p`` with the ErrorMessage for ``exc`` (rate-limited per participant)."""
+        self.telemetry.refused(str(int(exc.code)))
         logger.info(
             "bad input from participant",
             extra={"participant": p.identity, "code": int(exc.code), "error": str(exc)},
@@ -346,6 +347,7 @@ class ProtocolSession:
     def refuse(self, reason: str, sender: str, **extra: object) -> None:
         """Count (and log) input refused or dropped for ``reason``."""
         self.refused[reason] += 1
+        self.telemetry.refused(reason)
         logger.info(
             "input refused",
             extra={"reason": reason, "participant": sender, "count": self.refused[reason], **extra},

@@ -57,7 +57,7 @@ class TurnTrace(Protocol):
 
 
 class TurnTelemetry(Protocol):
-    """Opens a :class:`TurnTrace` per turn."""
+    """Opens a :class:`TurnTrace` per turn; counts what a conversation refuses and says."""
 
     @property
     def content(self) -> TraceContent:
@@ -66,6 +66,14 @@ class TurnTelemetry(Protocol):
 
     def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
         """A turn of ``conversation_id`` began (its answer will be ``answer_id``)."""
+        ...
+
+    def refused(self, reason: str) -> None:
+        """Input was refused or dropped: an ErrorMessage's code, or why it was dropped."""
+        ...
+
+    def remark_spoken(self, level: str) -> None:
+        """A progress remark went out, made at ``level`` (``cue`` or ``summary``)."""
         ...
 
 
@@ -80,6 +88,12 @@ class NoTelemetry:
     def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
         """A trace that records nothing."""
         return self
+
+    def refused(self, reason: str) -> None:
+        """Nothing."""
+
+    def remark_spoken(self, level: str) -> None:
+        """Nothing."""
 
     def step_sent(
         self, index: int, length: int, recipients: Mapping[str, int], text: str | None

@@ -42,6 +42,7 @@ from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
 
 from alicia.agent.storage.leases import Fence, Leases
+from alicia.agent.telemetry.instruments import LEASE_CLAIMS, TAKEOVERS
 
 __all__ = [
     "DRAINING",
@@ -151,6 +152,7 @@ class LeaseKeeper:
         try:
             epoch = await self.leases.claim(room, identity, WORKER_ID, self.timeout_s)
         except Exception as exc:
+            LEASE_CLAIMS.add(1, {"alicia.lease.outcome": "unavailable"})
             if required:
                 logger.warning(
                     "room lease not claimed (database unavailable) and the dispatch needs it: "
@@ -165,6 +167,7 @@ class LeaseKeeper:
             )
             hold = Hold(self, room, identity, None)
         else:
+            _counted(epoch)
             if epoch is None:
                 return None
             hold = Hold(self, room, identity, epoch)
@@ -277,6 +280,7 @@ class LeaseKeeper:
             epoch = await self.leases.claim(hold.room, hold.identity, WORKER_ID, self.timeout_s)
         except Exception:
             return
+        _counted(epoch)
         if epoch is None:
             hold.lose()
         else:
@@ -284,6 +288,13 @@ class LeaseKeeper:
             hold.fence.epoch = epoch
             hold.suspect = False
             logger.info("room lease claimed: failover guarantees again", extra={"room": hold.room})
+
+
+def _counted(epoch: int | None) -> None:
+    """Count a claim's outcome: held (a takeover past epoch 1) or refused."""
+    LEASE_CLAIMS.add(1, {"alicia.lease.outcome": "refused" if epoch is None else "held"})
+    if epoch is not None and epoch > 1:
+        TAKEOVERS.add(1)
 
 
 _KEEPERS: dict[asyncio.AbstractEventLoop, LeaseKeeper] = {}

@@ -34,6 +34,7 @@ from alicia.agent.engine.tools import default_tools
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.storage.leases import lease_required
+from alicia.agent.telemetry.instruments import ROOMS
 from alicia.agent.wiring import open_keys, open_llm, open_sink, open_telemetry
 
 from .conventions import CHAT_TOPIC, RoomConventions
@@ -178,6 +179,14 @@ async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
     share_tracer_provider()
+    ROOMS.add(1)
+    try:
+        await _entry(ctx, settings)
+    finally:
+        ROOMS.add(-1)
+
+
+async def _entry(ctx: JobContext, settings: Settings) -> None:
     if _on_shared_loop(settings):
         try:
             await shared_room_loop().run(_serve_own_room(ctx, settings))

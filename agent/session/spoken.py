@@ -66,6 +66,7 @@ async def announce_remark(
         if p.active and entitled(kept_at, p.step_level, p.visibility)
     ]
     await session.outbox.send(body, to, everyone=True, store=not zdr, level=kept_at)
+    session.telemetry.remark_spoken(level)
     if zdr and session.data_sealer is not None:
         sealed = session.data_sealer.seal(session.id, text, knd="remark", ref=body.id)
         kept = msgspec.structs.replace(body, content="")

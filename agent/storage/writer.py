@@ -13,8 +13,7 @@ queued envelopes into rows and writes them in batches, one transaction per batch
   placeholder in when it arrives;
 * on PostgreSQL, a batch of steps is one ``COPY`` into the table inside a savepoint,
   falling back to one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` when a
-  row is already there (:mod:`alicia.agent.storage.dialect`); ``bench/storage.py`` measures
-  it against a plain ``COPY`` and a naive INSERT loop.
+  row is already there (:mod:`alicia.agent.storage.dialect`; ``bench/storage.py``).
 
 When the database is unreachable the failed batch is kept on disk (a spill segment) and
 retried with exponential backoff while new envelopes keep queueing in memory (bounded by
@@ -56,6 +55,7 @@ from alicia.agent.engine.sink import (
     StoredConversation,
     StoredMessage,
 )
+from alicia.agent.telemetry.instruments import FENCED
 from alicia.protocol import (
     Envelope,
     ReasoningStep,
@@ -520,6 +520,7 @@ class StorageWriter:
         """Drop what is queued and fail every :meth:`durable` caller (see ``fence``)."""
         if not self._fenced:
             logger.warning("storage fenced: another agent took the room over", exc_info=exc)
+            FENCED.add(1)
         self._fenced = True
         self._mem.clear()
         self._mem_bytes = 0

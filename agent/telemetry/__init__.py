@@ -3,11 +3,18 @@ the turn's figures as metrics (:mod:`.otel`), set up from the standard ``OTEL_*`
 environment (:mod:`.setup`)."""
 
 from .otel import OtelTelemetry
-from .setup import meter_provider, telemetry_from_env, tracer_provider, tracing_enabled
+from .setup import (
+    meter_provider,
+    serve_metrics,
+    telemetry_from_env,
+    tracer_provider,
+    tracing_enabled,
+)
 
 __all__ = [
     "OtelTelemetry",
     "meter_provider",
+    "serve_metrics",
     "telemetry_from_env",
     "tracer_provider",
     "tracing_enabled",

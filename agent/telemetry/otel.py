@@ -19,11 +19,13 @@ By default no reasoning text, summary, remark or user text goes into a span: the
 carries none. With ``content`` ``summary`` or ``full`` (``ALICIA_TRACE_CONTENT``), the
 span's ``gen_ai.output.messages`` holds one assistant message whose only part is a
 ``ReasoningPart`` (``{"type": "reasoning", "content": ...}``): each step's summary or
-its text, in order. The metrics (same names where a span attribute has one): ``alicia.turns`` (by
-status and model), ``gen_ai.client.token.usage`` (by ``gen_ai.token.type``: ``input``,
-``output``, ``reasoning``), ``alicia.reasoning.thinking_time``,
-``alicia.reasoning.time_to_first_step`` (histograms, seconds) and
-``alicia.reasoning.steps`` (by level).
+its text, in order.
+
+The metrics (same names where a span attribute has one): ``alicia.turns`` (by status and
+model), ``gen_ai.client.token.usage`` (by ``gen_ai.token.type``: ``input``, ``output``,
+``reasoning``), ``alicia.reasoning.thinking_time``, ``alicia.reasoning.time_to_first_step``
+(histograms, seconds), ``alicia.reasoning.steps`` (by level), ``alicia.packets.refused`` (by
+``alicia.refusal.reason``) and ``alicia.remarks`` (by ``alicia.remark.level``).
 """
 
 from __future__ import annotations
@@ -105,11 +107,25 @@ class OtelTelemetry:
             description="From the turn's start to its first reasoning step sent",
             explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
         )
+        self.refusals = meter.create_counter(
+            "alicia.packets.refused", unit="{packet}", description="Input refused or dropped"
+        )
+        self.remarks = meter.create_counter(
+            "alicia.remarks", unit="{remark}", description="Spoken progress remarks"
+        )
 
     @property
     def content(self) -> TraceContent:
         """The reasoning a span may carry."""
         return self._content
+
+    def refused(self, reason: str) -> None:
+        """Count it by ``alicia.refusal.reason``."""
+        self.refusals.add(1, {"alicia.refusal.reason": reason})
+
+    def remark_spoken(self, level: str) -> None:
+        """Count it by ``alicia.remark.level``."""
+        self.remarks.add(1, {"alicia.remark.level": level})
 
     def turn_opened(self, conversation_id: str, answer_id: str, model: str) -> TurnTrace:
         """A span for the turn, under the current span."""

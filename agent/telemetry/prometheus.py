@@ -31,7 +31,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 from opentelemetry.sdk.metrics.export import Sum as SumData
 from opentelemetry.util.types import AttributeValue
-from prometheus_client import values
 
 __all__ = ["PrometheusFiles", "prometheus_name"]
 
@@ -122,6 +121,8 @@ class PrometheusFiles(MetricExporter):
         slot = self._values.get(key)
         if slot is None:
             names, label_values = [k for k, _ in labels], [v for _, v in labels]
+            from prometheus_client import values  # late: after PROMETHEUS_MULTIPROC_DIR is set
+
             value_class = self._value_class or values.ValueClass
             slot = value_class(
                 typ, family, sample, names, label_values, help_text, multiprocess_mode="sum"

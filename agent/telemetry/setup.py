@@ -34,6 +34,7 @@ from .prometheus import PrometheusFiles
 
 __all__ = [
     "meter_provider",
+    "serve_metrics",
     "telemetry_from_env",
     "tracer_provider",
     "tracing_enabled",
@@ -88,6 +89,17 @@ def meter_provider() -> MeterProvider:
             _METERS = MeterProvider(metric_readers=[reader], resource=Resource.create())
             metrics.set_meter_provider(_METERS)
         return _METERS
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
+    """Serve this process's Prometheus ``/metrics`` on ``host:port`` (a thread of
+    ``prometheus_client``), merged from ``PROMETHEUS_MULTIPROC_DIR``; metrics on."""
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    start_http_server(port, addr=host, registry=registry)
+    meter_provider()
 
 
 def telemetry_from_env(

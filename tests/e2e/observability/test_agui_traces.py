@@ -9,14 +9,17 @@ the stream's usage, one event per step, and no canary.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
-from alicia.harness import LiveKitServer
+from alicia.harness import LiveKitServer, free_port
 from alicia.harness.observability import Jaeger
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import new_id
@@ -29,6 +32,7 @@ STREAM = "deepseek_reasoning_content"
 CANARY = "classic trap"
 USAGE = {"input": 19, "output": 172, "reasoning": 130}
 SERVICE = f"alicia-agui-{new_id('t')}"
+METRICS_PORT = free_port()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -39,6 +43,7 @@ async def agui(
         "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
         "OTEL_SERVICE_NAME": SERVICE,
         "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "ALICIA_METRICS_PORT": str(METRICS_PORT),
     }
     async with running_agui(livekit_server, llm.base_url, env=env) as process:
         yield process
@@ -84,3 +89,35 @@ async def test_an_agui_run_is_a_trace_in_jaeger_without_its_reasoning(
     assert whole.count(CANARY) == 0
     for step in spec.steps:
         assert step[:30] not in whole
+
+
+async def test_the_endpoint_counts_runs_and_refusals_by_status_on_its_metrics_page(
+    agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    def counts() -> dict[str, float]:
+        page = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5)
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(page.read().decode()):
+            if family.name == "alicia_agui_requests":
+                for sample in family.samples:
+                    code = sample.labels["http_response_status_code"]
+                    found[code] = found.get(code, 0.0) + sample.value
+        return found
+
+    before = await asyncio.to_thread(counts)
+    thread = new_id("conv")
+    message = {"id": new_id("msg"), "role": "user", "content": "hi"}
+    status, _, _ = await post_run(agui.url, None, run_input(thread, [message]))
+    assert status == 401
+    llm.script("plain_no_reasoning")
+    token = agui_token(livekit_server, thread, "web-none", "none")
+    status, _, text = await post_run(agui.url, token, run_input(thread, [message]))
+    assert status == 200, text
+
+    def counted() -> dict[str, float] | None:
+        now = counts()
+        grown = {k: now.get(k, 0.0) - before.get(k, 0.0) for k in now}
+        return grown if grown.get("401") == 1 and grown.get("200", 0) >= 1 else None
+
+    grown = await eventually("the requests counted on /metrics", counted, within=15.0)
+    assert {k for k, v in grown.items() if v} <= {"200", "401"}, grown

@@ -23,7 +23,7 @@ import pytest_asyncio
 from alicia.harness import LiveKitServer, free_port
 from alicia.harness.observability import Jaeger, Prometheus
 from alicia.harness.recorded_llm import RecordedLLM
-from alicia.protocol import ReasoningStep, new_id
+from alicia.protocol import ErrorMessage, ReasoningStep, new_id
 from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.observability.conftest import eventually, tags
 from tests.e2e.worker import WorkerProcess, running_worker
@@ -38,11 +38,12 @@ SERVICE = f"alicia-text-{new_id('t')}"
 METRICS_PORT = free_port()
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
+@pytest_asyncio.fixture
 async def observed_worker(
     livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
 ) -> AsyncIterator[WorkerProcess]:
-    """The worker with traces to Jaeger and its /metrics on :data:`METRICS_PORT`."""
+    """The worker with traces to Jaeger and its /metrics on :data:`METRICS_PORT`; the only
+    worker on the server while the test runs (a room goes to any registered worker)."""
     env = {
         **WORKER_ENV,
         "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
@@ -75,8 +76,11 @@ async def test_a_text_turn_is_a_trace_in_jaeger_and_numbers_in_prometheus(
             llm.script(STREAM)
             await alice.send(user_message(room, spec.user))
             box = await alice.wait_until(final)
+            await alice.send_raw(b"\xc1 not MessagePack")  # refused: an ErrorMessage back
+            box = await alice.wait_until(lambda b: bool(of(b, ErrorMessage)))
         steps = of(box, ReasoningStep)
         assert [s.content for s in steps] == list(spec.steps)
+        [refusal] = of(box, ErrorMessage)
         trace = await eventually("the turn's trace in Jaeger", lambda: the_turn(jaeger))
 
     [span] = [s for s in trace["spans"] if s["operationName"].startswith("chat ")]
@@ -124,6 +128,10 @@ async def test_a_text_turn_is_a_trace_in_jaeger_and_numbers_in_prometheus(
             'sum(gen_ai_client_token_usage_sum{gen_ai_token_type="reasoning"})'
         )
         assert float(reasoning[0]["value"][1]) == USAGE["reasoning"]
+        refused = prometheus.query("sum by (alicia_refusal_reason) (alicia_packets_refused_total)")
+        assert {r["metric"]["alicia_refusal_reason"]: float(r["value"][1]) for r in refused} == {
+            str(refusal.code): 1.0
+        }
     print(f"PromQL {turns_query} -> {turn_count['value'][1]}; {quantile} -> {thinking['value'][1]}")
 
 

@@ -48,7 +48,11 @@ async def test_demo_voice_asks_by_voice_and_records_the_spoken_answer(tmp_path: 
             f"{raw_err.decode()[-5000:]}"
         ) from None
     out = raw_out.decode()
-    assert proc.returncode == 0, f"{out}\n{raw_err.decode()[-3000:]}"
+    log = tmp_path / "alicia-reasoning" / "worker.log"
+    worker_log = log.read_text(errors="replace")[-6000:] if log.exists() else "(no worker log)"
+    assert proc.returncode == 0, (
+        f"{out}\n{raw_err.decode()[-3000:]}\n--- worker log ---\n{worker_log}"
+    )
     assert "you (heard) >" in out
     question = out.split("you (heard) >")[1].splitlines()[0]
     assert {"sleep", "adult"} & set(question.split()), question  # one content word suffices
