@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
-import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 from .ports import free_port, free_udp_range
+from .served import ServedProcess
 
 __all__ = ["DEV_API_KEY", "DEV_API_SECRET", "LiveKitServer", "livekit_binary"]
 
@@ -31,8 +28,11 @@ def livekit_binary() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-class LiveKitServer:
+class LiveKitServer(ServedProcess):
     """A livekit-server process bound to 127.0.0.1 (dev keys, loopback ICE candidates)."""
+
+    name = "livekit-server"
+    start_timeout_s = 30.0
 
     def __init__(self, *, log_level: str = "warn", webhooks: Sequence[str] = ()) -> None:
         """``webhooks``: URLs livekit-server posts its webhook events to (signed with the
@@ -44,8 +44,7 @@ class LiveKitServer:
         self.api_secret = DEV_API_SECRET
         self._log_level = log_level
         self.webhooks = tuple(webhooks)
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        super().__init__()
 
     @property
     def url(self) -> str:
@@ -70,49 +69,16 @@ class LiveKitServer:
             text += f"webhook:\n  api_key: {self.api_key}\n  urls:\n{urls}"
         return text
 
-    def start(self, timeout: float = 30.0) -> LiveKitServer:
-        """Start the server and wait until its HTTP endpoint answers."""
-        if self._proc is not None:
-            raise RuntimeError("LiveKitServer already started")
-        binary = livekit_binary()
-        self._dir = tempfile.TemporaryDirectory(prefix="alicia-livekit-")
-        cfg = Path(self._dir.name) / "livekit.yaml"
-        cfg.write_text(self.config_text())
-        self.log_path = Path(self._dir.name) / "livekit.log"
-        log = self.log_path.open("wb")
-        self._proc = subprocess.Popen(
-            [str(binary), "--config", str(cfg)], stdout=log, stderr=subprocess.STDOUT
-        )
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"livekit-server exited with {self._proc.returncode}:\n"
-                    + self.log_path.read_text(errors="replace")[-4000:]
-                )
-            try:
-                with urllib.request.urlopen(self.http_url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"livekit-server did not answer on {self.http_url} in {timeout}s")
+    @property
+    def ready_url(self) -> str:
+        """The HTTP endpoint, 200 once the server serves."""
+        return self.http_url
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its files."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
+    def command(self, folder: Path) -> list[str]:
+        """The binary with the config written into ``folder``."""
+        cfg = folder / "livekit.yaml"
+        cfg.write_text(self.config_text())
+        return [str(livekit_binary()), "--config", str(cfg)]
 
     def token(
         self,
@@ -144,14 +110,3 @@ class LiveKitServer:
             "LIVEKIT_API_KEY": self.api_key,
             "LIVEKIT_API_SECRET": self.api_secret,
         }
-
-    def __enter__(self) -> LiveKitServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -14,16 +14,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .ports import free_port
+from .served import ServedProcess
 
 __all__ = ["Jaeger", "JaegerAPI", "Prometheus", "jaeger_binary"]
 
@@ -40,81 +38,6 @@ def jaeger_binary() -> Path:
 def _get_json(url: str, timeout: float = 5.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read())
-
-
-class _Server:
-    """A backend process in a temporary folder, up once ``ready_url`` answers 200."""
-
-    name = "server"
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
-        self.log_path: Path | None = None
-
-    def _command(self, folder: Path) -> list[str]:
-        raise NotImplementedError
-
-    @property
-    def ready_url(self) -> str:
-        """A URL that answers 200 once the server serves."""
-        raise NotImplementedError
-
-    def start(self, timeout: float = 60.0) -> _Server:
-        """Start the server and wait until it answers."""
-        if self._proc is not None:
-            raise RuntimeError(f"{self.name} already started")
-        self._dir = tempfile.TemporaryDirectory(prefix=f"alicia-{self.name}-")
-        folder = Path(self._dir.name)
-        command = self._command(folder)
-        self.log_path = folder / f"{self.name}.log"
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self._proc.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"{self.name} did not answer on {self.ready_url} in {timeout}s")
-
-    def log_tail(self, chars: int = 4000) -> str:
-        """The end of the server's log."""
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its files."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
-
-    def __enter__(self) -> _Server:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 JAEGER_CONFIG = """\
@@ -157,7 +80,7 @@ exporters:
 """
 
 
-class Jaeger(_Server):
+class Jaeger(ServedProcess):
     """Jaeger v2, all in one, in memory (see the module docstring)."""
 
     name = "jaeger"
@@ -184,7 +107,7 @@ class Jaeger(_Server):
         """The services list of the query API."""
         return f"{self.url}/api/services"
 
-    def _command(self, folder: Path) -> list[str]:
+    def command(self, folder: Path) -> list[str]:
         config = folder / "jaeger.yaml"
         config.write_text(
             JAEGER_CONFIG.format(
@@ -225,7 +148,7 @@ scrape_configs:
 """
 
 
-class Prometheus(_Server):
+class Prometheus(ServedProcess):
     """Debian's Prometheus scraping ``targets`` (``host:port`` of ``/metrics``) every second."""
 
     name = "prometheus"
@@ -246,7 +169,7 @@ class Prometheus(_Server):
         """Prometheus' readiness endpoint."""
         return f"{self.url}/-/ready"
 
-    def _command(self, folder: Path) -> list[str]:
+    def command(self, folder: Path) -> list[str]:
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus not found: run ./scripts/setup (Debian's prometheus)")

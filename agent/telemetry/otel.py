@@ -194,8 +194,7 @@ class OtelTurn:
         for level, count in recipients.items():
             attributes[f"alicia.step.recipients.{level}"] = count
             if count:
-                self.per_level[level] += 1
-                self.owner.steps.add(1, {"alicia.reasoning.level": level})
+                self.per_level[level] += 1  # counted once, at the turn's end
         self.span.add_event("alicia.reasoning.step", attributes)
 
     def tool_called(self, name: str) -> None:
@@ -214,35 +213,38 @@ class OtelTurn:
         """Set the figures, record the metrics and end the span."""
         span, owner = self.span, self.owner
         model = {"gen_ai.request.model": self.model}
-        span.set_attribute("alicia.turn.status", status)
-        span.set_attribute("alicia.reasoning.steps", self.steps)
+        figures: dict[str, str | int | float] = {
+            "alicia.turn.status": status,
+            "alicia.reasoning.steps": self.steps,
+            "alicia.tool.calls": self.tools,
+        }
         for level, count in self.per_level.items():
-            span.set_attribute(f"alicia.reasoning.steps.{level}", count)
-        span.set_attribute("alicia.tool.calls", self.tools)
+            figures[f"alicia.reasoning.steps.{level}"] = count
+            owner.steps.add(count, {"alicia.reasoning.level": level})
         if self.first_step is not None:
-            span.set_attribute("alicia.reasoning.time_to_first_step", self.first_step)
+            figures["alicia.reasoning.time_to_first_step"] = self.first_step
         if first_reasoning_ms is not None:
             first = first_reasoning_ms / 1000
-            span.set_attribute("alicia.reasoning.time_to_first_reasoning", first)
+            figures["alicia.reasoning.time_to_first_reasoning"] = first
             if self.answer_at is not None and self.answer_at >= first:
                 thinking = self.answer_at - first
-                span.set_attribute("alicia.reasoning.thinking_time", thinking)
+                figures["alicia.reasoning.thinking_time"] = thinking
                 owner.thinking.record(thinking, model)
         if usage is not None:
-            counts = {
-                "input": usage.prompt_tokens,
-                "output": usage.completion_tokens,
-                "reasoning": usage.reasoning_tokens,
-            }
-            span.set_attribute("gen_ai.usage.input_tokens", usage.prompt_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
-            span.set_attribute("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)
-            for kind, count in counts.items():
+            figures["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+            figures["gen_ai.usage.output_tokens"] = usage.completion_tokens
+            figures["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
+            for kind, count in (
+                ("input", usage.prompt_tokens),
+                ("output", usage.completion_tokens),
+                ("reasoning", usage.reasoning_tokens),
+            ):
                 owner.tokens.record(count, {**model, "gen_ai.token.type": kind})
         if self.reasoning:
             part = {"type": "reasoning", "content": "\n\n".join(self.reasoning)}
             message = {"role": "assistant", "parts": [part]}
-            span.set_attribute("gen_ai.output.messages", json.dumps([message]))
+            figures["gen_ai.output.messages"] = json.dumps([message])
+        span.set_attributes(figures)
         owner.turns.add(1, {**model, "alicia.turn.status": status})
         if status == "failed":
             span.set_status(Status(StatusCode.ERROR, "the turn failed"))

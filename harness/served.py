@@ -1,0 +1,94 @@
+"""A server process in a temporary folder, up once a URL answers: the harness's servers."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+__all__ = ["ServedProcess"]
+
+
+class ServedProcess:
+    """A backend process in a temporary folder, up once ``ready_url`` answers 200."""
+
+    name = "server"
+    """Names its temporary folder (``alicia-<name>-``), its log and its errors."""
+    start_timeout_s = 60.0
+    """How long :meth:`start` waits for :attr:`ready_url` by default."""
+
+    def __init__(self) -> None:
+        """Nothing runs until :meth:`start`."""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self.log_path = Path(tempfile.gettempdir()) / f"alicia-{self.name}-not-started.log"
+
+    def command(self, folder: Path) -> list[str]:
+        """The command line, its files written into ``folder`` (its working directory)."""
+        raise NotImplementedError
+
+    @property
+    def ready_url(self) -> str:
+        """A URL that answers 200 once the server serves."""
+        raise NotImplementedError
+
+    def start(self, timeout: float | None = None) -> Self:
+        """Start the server and wait until it answers (:attr:`start_timeout_s`)."""
+        timeout = self.start_timeout_s if timeout is None else timeout
+        if self._proc is not None:
+            raise RuntimeError(f"{self.name} already started")
+        self._dir = tempfile.TemporaryDirectory(prefix=f"alicia-{self.name}-")
+        folder = Path(self._dir.name)
+        command = self.command(folder)
+        self.log_path = folder / f"{self.name}.log"
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited with {self._proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"{self.name} did not answer on {self.ready_url} in {timeout}s")
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the server's log."""
+        if not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its files."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
