@@ -128,4 +128,13 @@ async def test_a_voice_turn_is_one_trace_with_our_span_under_the_llm_request(
     ]
     for text in (*spec.steps, spec.user):
         assert text[:30] not in whole
-    print("voice trace:", sorted(ancestors), {k: attrs[k] for k in sorted(attrs)})
+    for each in sorted(spans.values(), key=lambda x: x["startTime"]):  # the trace, shortened
+        refs = each["references"]
+        parent = (
+            spans[refs[0]["spanID"]]["operationName"]
+            if refs and refs[0]["spanID"] in spans
+            else "-"
+        )
+        shown = {k: str(v)[:40] for k, v in sorted(tags(each).items())}
+        logs = [tags(log) for log in each["logs"]]
+        print(f"span {each['operationName']} (parent {parent}) {shown} logs={logs}")
