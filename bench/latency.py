@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import platform
 import sys
@@ -187,13 +188,19 @@ async def amain(args: argparse.Namespace) -> None:
                         str(target),
                         str(args.rate),
                     )
-                    await send(
-                        UserMessage(id=new_id("msg"), conversation_id=room_name, content="go")
-                    )
                     deadline = time.monotonic() + 10 + 3 * target / args.rate
-                    while (  # noqa: ASYNC110
+                    asked_at = -math.inf
+                    while (
                         len(worker_rx.samples) < target or len(raw_rx.samples) < target
                     ) and time.monotonic() < deadline:
+                        # Ask again while no step came back: a packet sent as the agent
+                        # subscribes may be lost (seen once on a loaded machine).
+                        if not worker_rx.samples and time.monotonic() - asked_at > 5.0:
+                            asked_at = time.monotonic()
+                            go = UserMessage(
+                                id=new_id("msg"), conversation_id=room_name, content="go"
+                            )
+                            await send(go)
                         await asyncio.sleep(0.1)
                     await send(ControlStop(conversation_id=room_name))
                     await asyncio.wait_for(sender.wait(), 30)

@@ -25,6 +25,7 @@ from livekit.agents import Agent, AgentSession, JobContext, TurnHandlingOptions,
 
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.session.attach import attach_reasoning
+from alicia.agent.session.host import start_gated_host
 from alicia.agent.session.llm import AliciaLLM
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings
@@ -90,7 +91,9 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     )
     tools = session_tools(default_tools()) if settings.tools_enabled else []
     agent = Agent(instructions=settings.system_prompt, tools=tools)
-    await session.start(agent=agent, room=ctx.room)
+    # No open session host, not even for a moment: the gated one from the start.
+    await session.start(agent=agent, room=ctx.room, session_host=False)
+    await start_gated_host(session, ctx.room)
     bridge = await attach_reasoning(session, ctx.room, settings=settings)
     ctx.add_shutdown_callback(bridge.aclose)
     logger.info("voice room served by an AgentSession", extra={"room": ctx.room.name})

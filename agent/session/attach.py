@@ -39,6 +39,8 @@ async def attach_reasoning(
     """
     from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
+    # The gate first: until then livekit-agents' open host answers anyone in the room.
+    await gate_session_host(agent_session, room)
     if settings is None:
         settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
     sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
@@ -51,7 +53,6 @@ async def attach_reasoning(
         conversation_id=conversation_id,
     )
     await bridge.start()
-    await gate_session_host(agent_session, room)
     return bridge
 
 

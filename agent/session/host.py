@@ -260,11 +260,20 @@ async def gate_session_host(agent_session: AgentSession[Any], room: rtc.Room) ->
     host: Any = getattr(agent_session, "_session_host", None)
     if not isinstance(host, SessionHost):
         return False  # started with session_host=False, or not the primary session
-    if not isinstance(getattr(host, "_transport", None), RoomSessionTransport):
+    transport = getattr(host, "_transport", None)
+    if isinstance(transport, GatedRoomTransport):
+        return True  # gated from the start (the worker's own voice rooms)
+    if not isinstance(transport, RoomSessionTransport):
         return False  # the console's TCP transport: a local developer, not the room
     await host.aclose()  # unregisters the open handler
+    await start_gated_host(agent_session, room)
+    return True
+
+
+async def start_gated_host(agent_session: AgentSession[Any], room: rtc.Room) -> None:
+    """Give ``agent_session`` (started with ``session_host=False``) a gated session host in
+    ``room``: no request is ever answered by the open one. The session closes it."""
     gated = SessionHost(GatedRoomTransport(room))
     gated.register_session(agent_session)
     await gated.start()
     agent_session._session_host = gated
-    return True
