@@ -37,9 +37,7 @@ class LiveKitServer(ServedProcess):
     def __init__(self, *, log_level: str = "warn", webhooks: Sequence[str] = ()) -> None:
         """``webhooks``: URLs livekit-server posts its webhook events to (signed with the
         dev key)."""
-        self.port = free_port()
-        self.tcp_port = free_port()
-        self.udp_start = free_udp_range(64)
+        self.pick_ports()
         self.api_key = DEV_API_KEY
         self.api_secret = DEV_API_SECRET
         self._log_level = log_level
@@ -68,6 +66,12 @@ class LiveKitServer(ServedProcess):
             urls = "".join(f"    - {url}\n" for url in self.webhooks)
             text += f"webhook:\n  api_key: {self.api_key}\n  urls:\n{urls}"
         return text
+
+    def pick_ports(self) -> None:
+        """Free loopback ports for signalling, TCP and a range of 64 for UDP media."""
+        self.port = free_port()
+        self.tcp_port = free_port()
+        self.udp_start = free_udp_range(64)
 
     @property
     def ready_url(self) -> str:

@@ -88,6 +88,10 @@ class Jaeger(ServedProcess):
     def __init__(self) -> None:
         """Pick free loopback ports."""
         super().__init__()
+        self.pick_ports()
+
+    def pick_ports(self) -> None:
+        """Free loopback ports for OTLP/HTTP and the query API (HTTP and gRPC)."""
         self.otlp_port = free_port()
         self.query_port = free_port()
         self.query_grpc_port = free_port()
@@ -157,6 +161,10 @@ class Prometheus(ServedProcess):
         """``targets``: what to scrape."""
         super().__init__()
         self.targets = list(targets)
+        self.pick_ports()
+
+    def pick_ports(self) -> None:
+        """A free loopback port for the UI and the API."""
         self.port = free_port()
 
     @property

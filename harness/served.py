@@ -10,7 +10,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["ServedProcess"]
+__all__ = ["BIND_ATTEMPTS", "ServedProcess"]
+
+BIND_ATTEMPTS = 3
+"""Starts of a server whose port was taken before it bound it, each on new ports."""
+
+
+class _PortTaken(RuntimeError):
+    """The server exited because one of its ports was taken."""
 
 
 class ServedProcess:
@@ -36,11 +43,28 @@ class ServedProcess:
         """A URL that answers 200 once the server serves."""
         raise NotImplementedError
 
+    def pick_ports(self) -> None:
+        """Choose the server's ports again (after one was taken before the server bound it)."""
+        raise NotImplementedError
+
     def start(self, timeout: float | None = None) -> Self:
-        """Start the server and wait until it answers (:attr:`start_timeout_s`)."""
+        """Start the server and wait until it answers (:attr:`start_timeout_s`). A port
+        taken between its choice and the server's bind (another process of the machine
+        chose it too) is chosen again, up to :data:`BIND_ATTEMPTS` times."""
         timeout = self.start_timeout_s if timeout is None else timeout
         if self._proc is not None:
             raise RuntimeError(f"{self.name} already started")
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                self.stop()
+                if attempt == BIND_ATTEMPTS:
+                    raise
+                self.pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> Self:
         self._dir = tempfile.TemporaryDirectory(prefix=f"alicia-{self.name}-")
         folder = Path(self._dir.name)
         command = self.command(folder)
@@ -50,9 +74,9 @@ class ServedProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited with {self._proc.returncode}:\n{self.log_tail()}"
-                )
+                tail = self.log_tail()
+                error = _PortTaken if "address already in use" in tail else RuntimeError
+                raise error(f"{self.name} exited with {self._proc.returncode}:\n{tail}")
             try:
                 with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
                     if resp.status == 200:
