@@ -26,14 +26,17 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from rich.console import Console
 
 if TYPE_CHECKING:
     from alicia.harness import LiveKitServer
     from alicia.harness.observability import Jaeger
+    from alicia.harness.served import ServedProcess
     from alicia.web import WebSettings
+
+Served = TypeVar("Served", bound="ServedProcess")
 
 __all__ = ["DEFAULT_QUESTION", "build_parser", "default_data_dir", "main"]
 
@@ -102,29 +105,29 @@ class DemoError(Exception):
 
 
 @contextlib.asynccontextmanager
-async def _livekit(console: Console) -> AsyncIterator[LiveKitServer]:
+async def _served(server: Served, console: Console, line: str) -> AsyncIterator[Served]:
+    """``server`` started (in a thread: it waits for the server to answer), then
+    ``line`` (formatted with the started server) printed; stopped on exit."""
+    await asyncio.to_thread(server.start)
+    try:
+        console.print(line.format(server=server))
+        yield server
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def _livekit(console: Console) -> contextlib.AbstractAsyncContextManager[LiveKitServer]:
     from alicia.harness import LiveKitServer
 
-    server = LiveKitServer()
-    await asyncio.to_thread(server.start)
-    try:
-        console.print(f"  livekit-server  {server.url} (loopback only, dev keys)")
-        yield server
-    finally:
-        await asyncio.to_thread(server.stop)
+    line = "  livekit-server  {server.url} (loopback only, dev keys)"
+    return _served(LiveKitServer(), console, line)
 
 
-@contextlib.asynccontextmanager
-async def _jaeger(console: Console) -> AsyncIterator[Jaeger]:
+def _jaeger(console: Console) -> contextlib.AbstractAsyncContextManager[Jaeger]:
     from alicia.harness.observability import Jaeger
 
-    server = Jaeger()
-    await asyncio.to_thread(server.start)
-    try:
-        console.print(f"  traces          Jaeger v2 at {server.url} (OTLP/HTTP {server.otlp_url})")
-        yield server
-    finally:
-        await asyncio.to_thread(server.stop)
+    line = "  traces          Jaeger v2 at {server.url} (OTLP/HTTP {server.otlp_url})"
+    return _served(Jaeger(), console, line)
 
 
 async def _until_stopped() -> None:

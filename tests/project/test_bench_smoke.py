@@ -33,20 +33,26 @@ from tests.project.bench_runs import result
 
 
 @pytest.mark.parametrize(
-    ("script", "keys"),
+    ("script", "args", "keys"),
     [
-        ("bench/llm_parse.py", ("us_per_token", "floor_us_per_token", "ratio")),
+        ("bench/llm_parse.py", ["--repeat", "1"], ("us_per_token", "floor_us_per_token", "ratio")),
         (
             "bench/crypto.py",
+            ["--repeat", "1"],
             ("encode_us", "encrypt_encode_us", "added_us", "floor_us", "ratio"),
+        ),
+        (
+            "bench/telemetry.py",
+            ["--trials", "1", "--turns", "1"],
+            ("token_overhead_pct", "step_overhead_us"),
         ),
     ],
 )
 def test_benchmark_ends_with_its_result_line(
-    script: str, keys: tuple[str, ...], tmp_path: Path
+    script: str, args: list[str], keys: tuple[str, ...], tmp_path: Path
 ) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / script), "--repeat", "1"],
+        [sys.executable, str(ROOT / script), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -57,21 +63,6 @@ def test_benchmark_ends_with_its_result_line(
     last = done.stdout.strip().splitlines()[-1]
     pattern = "RESULT " + " ".join(rf"{k}=-?[0-9.]+" for k in keys)
     assert re.fullmatch(pattern, last), last
-
-
-def test_the_telemetry_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
-    """bench/telemetry.py (tracing and metrics on against off), one tiny trial."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench/telemetry.py"), "--trials", "1", "--turns", "1"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    last = done.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"RESULT token_overhead_pct=-?[0-9.]+ step_overhead_us=-?[0-9.]+", last)
 
 
 def test_every_benchmark_script_is_run_by_a_smoke_test() -> None:
