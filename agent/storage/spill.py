@@ -37,6 +37,7 @@ __all__ = ["Item", "Segment", "SpillDir", "decode_items", "encode_items"]
 logger = logging.getLogger("alicia.storage")
 
 DEAD_LETTER: Final = "dead-letter"
+_STAGING: Final = "."  # a directory being created, not yet locked: never adopted
 _SUFFIX: Final = ".seg"
 
 
@@ -176,16 +177,22 @@ class SpillDir:
         """Create our directory, adopt orphans; return the adopted segments, oldest first."""
         self.root.mkdir(parents=True, exist_ok=True)
         name = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}"
+        # Locked before it is visible: another writer opening at the same moment adopts
+        # every unlocked directory, so ours appears (an atomic rename) only once locked.
+        staging = self.root / f"{_STAGING}{name}"
+        staging.mkdir()
+        fd = _try_lock(staging / "lock")
+        if fd is None:  # pragma: no cover - a fresh hidden name is not adopted by others
+            raise RuntimeError(f"cannot lock spill directory {staging}")
         own = self.root / name
-        own.mkdir()
-        fd = _try_lock(own / "lock")
-        if fd is None:  # pragma: no cover - a fresh random name cannot be locked by others
-            raise RuntimeError(f"cannot lock spill directory {own}")
+        staging.rename(own)
         self._own = own
         self._locks[own] = fd
         adopted: list[Segment] = []
         for d in sorted(self.root.iterdir()):
-            if d == own or d.name == DEAD_LETTER or not d.is_dir():
+            if d == own or d.name == DEAD_LETTER or d.name.startswith(_STAGING):
+                continue
+            if not d.is_dir():
                 continue
             lock = _try_lock(d / "lock")
             if lock is None:

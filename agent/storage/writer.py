@@ -11,18 +11,16 @@ queued envelopes into rows and writes them in batches, one transaction per batch
   names) are created first in the same transaction, as placeholders if needed, so a
   step is stored even when its message is not (yet) known; the real message fills the
   placeholder in when it arrives;
-* on PostgreSQL, a batch of steps is one ``COPY`` into the table inside a savepoint,
-  falling back to one ``INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` when a
-  row is already there (:mod:`alicia.agent.storage.dialect`; ``bench/storage.py``).
+* on PostgreSQL, a batch of steps is one ``COPY`` inside a savepoint, or ``INSERT …
+  SELECT FROM unnest(…) ON CONFLICT DO NOTHING`` when a row is already there (dialect).
 
 When the database is unreachable the failed batch is kept on disk (a spill segment) and
 retried with exponential backoff while new envelopes keep queueing in memory (bounded by
 ``max_memory_records`` / ``max_memory_bytes``); past that the oldest queued records move to
 fsync'd spill segments (:mod:`alicia.agent.storage.spill`), written back oldest first.
-:meth:`StorageWriter.aclose` flushes for up to ``close_timeout_s`` and spills whatever is
-left; the next writer on the same spill root replays it first. Records the database
-refuses (a constraint or data error that a retry cannot fix) are isolated by bisecting
-the batch and kept in the spill root's ``dead-letter/``.
+:meth:`StorageWriter.aclose` flushes for up to ``close_timeout_s``, spills the rest (the
+next writer on the spill root replays it first) and logs its counters. Records the
+database refuses are isolated by bisecting the batch and kept in ``dead-letter/``.
 
 Exception tree (SQLAlchemy/asyncpg/sqlite errors are mapped at this boundary)::
 
@@ -36,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 import time
@@ -231,6 +230,7 @@ class StorageWriter:
                 if not future.done():
                     future.set_exception(RuntimeError("StorageWriter closed"))
             self._durable = []
+            logger.info("storage writer closed", extra=dataclasses.asdict(self.stats))
 
     # -- StepSink -----------------------------------------------------------------
 

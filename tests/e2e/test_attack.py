@@ -304,7 +304,7 @@ async def test_a_shared_room_nobody_can_hijack(
     agent_steps = {(s.id, s.previous_id, s.step_index, s.content) for s in steps}
     assert {
         (r["id"], r["message_id"], r["sequence_number"], r["content"]) for r in stored_steps
-    } == agent_steps, worker.notable()
+    } == agent_steps, worker.log(30000)
     assert all(r["deleted_at"] is None for r in stored_steps)
     assert forged_step.id not in {r["id"] for r in stored_steps}
     messages = await fetch(url, "SELECT id, message_role, contents FROM alicia_messages")
