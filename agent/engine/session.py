@@ -6,11 +6,9 @@ bucket), the size limit, decoding, the sender's stanza order, then dispatch. Bad
 of any kind is answered with an ErrorMessage to that sender only (itself rate-limited)
 and never disturbs other participants.
 
-Turns are run by a :class:`~alicia.agent.engine.source.TurnSource` (our own
-:class:`~alicia.agent.engine.runner.TurnRunner`, or an AgentSession through its bridge); each
-turn reports its events through :meth:`ProtocolSession.open_turn`, a
-:class:`~alicia.agent.engine.projection.TurnProjection` that makes them envelopes. So every
-source sends the same traffic under the same rules.
+Turns are run by a :class:`~alicia.agent.engine.source.TurnSource` (our own runner, or an
+AgentSession through its bridge); each reports its events through :meth:`open_turn`, a
+:class:`~alicia.agent.engine.projection.TurnProjection`: every source sends the same traffic.
 
 Who may do what (one rule, :meth:`ProtocolSession.may_act_for`): a participant may stop
 only turns it asked for and edit or regenerate only its own messages; a participant
@@ -28,10 +26,10 @@ PROTOCOL.md §4.9) gets an Acknowledgement of L, the Configuration, then every k
 envelope addressed to it after L, unchanged; a gap the outbox no longer covers is served
 from storage with failover on (:mod:`.takeover`, which also restores a conversation an
 agent takes over), else (or for an L never sent) answered with ErrorMessage 202. This
-module knows nothing of LiveKit; front ends hand it a Transport. Typed input a front end
-reads outside the protocol (``Typed``: LiveKit's ``lk.chat``) is a user turn under a
-UserMessage's rules; :attr:`ProtocolSession.observers` see each turn's answer, never its
-reasoning (:mod:`.observer`). Variations are served by :mod:`.variation`.
+module knows nothing of LiveKit; front ends hand it a Transport. Typed input from outside
+the protocol (``Typed``: ``lk.chat``) is a user turn under a UserMessage's rules; a grant
+changed (``Regranted``) holds from the next envelope; observers see each turn's answer,
+never its reasoning (:mod:`.observer`). Variations are served by :mod:`.variation`.
 """
 
 from __future__ import annotations
@@ -91,7 +89,7 @@ from .sink import META_FROM, ConversationStore, StepSink, lookup_message
 from .source import TurnSource
 from .takeover import replay_stored, restore, seal_for
 from .telemetry import NO_TELEMETRY, TurnTelemetry
-from .transport import Left, Packet, Peer, Transport, Typed
+from .transport import Left, Packet, Peer, Regranted, Transport, Typed
 from .turn import Exchange
 from .variation import on_variation
 
@@ -104,10 +102,8 @@ _FROM_CLIENTS: Final = (
     Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
     _AudioChunk, ErrorMessage, UnknownBody,
 )  # fmt: skip
-"""Body types a client may send (PROTOCOL.md §3: C→S or both). Everything else is
-server-only here: refused, counted, never stored. ToolUseResult counts as server-only
-because this worker delegates no tool to clients; an ErrorMessage from a client is
-logged, never answered (no error ping-pong)."""
+"""Body types a client may send (PROTOCOL.md §3): the rest is refused, counted, never stored
+(ToolUseResult too: no tool is delegated to clients); a client's ErrorMessage is logged."""
 
 
 class ProtocolSession:
@@ -139,8 +135,7 @@ class ProtocolSession:
         self._transport = transport
         master = options.reasoning_keys
         self.sealer: ReasoningSealer | None = ReasoningSealer(master) if master else None
-        """Seals encrypted values: the conversation's data key once loaded, else the
-        master key (values then survive an erase; under ZDR nothing is stored so)."""
+        """Seals with the conversation's data key once loaded, else the master key."""
         self.data_sealer: ReasoningSealer | None = None
         """Seals with the conversation's own data key (from ``keys``), if there is one."""
         self._keys = keys
@@ -154,8 +149,7 @@ class ProtocolSession:
         self._ids: OrderedDict[str, None] = OrderedDict()
         """Message ids of this conversation (user messages, answers), to refuse reuse."""
         self.summary_slots = asyncio.Semaphore(options.summary_concurrency)
-        self.late_summaries = 0
-        """Model summaries dropped because the answer had started."""
+        self.late_summaries = 0  # model summaries dropped because the answer had started
         self.refused: Counter[str] = Counter()
         """Incoming packets refused or dropped, by reason (for logs, metrics and tests)."""
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -191,8 +185,8 @@ class ProtocolSession:
             await self.load_data_key()
             await restore(self)
             async for item in self._transport:
-                if isinstance(item, Left):
-                    self.forget(item.identity)
+                if isinstance(item, Left | Regranted):
+                    self._on_roster(item)
                     continue
                 try:
                     if isinstance(item, Typed):
@@ -283,6 +277,12 @@ class ProtocolSession:
         await self.outbox.send(body, self.clients(), everyone=True)
         self.remember(transcript_id)
         return transcript_id
+
+    def _on_roster(self, item: Left | Regranted) -> None:
+        if isinstance(item, Left):
+            self.forget(item.identity)
+        elif p := self.participants.get(item.identity):  # held from the next envelope
+            p.peer = item.peer
 
     def participant(self, identity: str, peer: Peer | None = None) -> Participant:
         """The participant ``identity`` (made on first sight)."""

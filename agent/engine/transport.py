@@ -92,7 +92,16 @@ class Typed:
     empty and the sender gets this error."""
 
 
-Incoming = Packet | Left | Typed
+@dataclass(frozen=True, slots=True)
+class Regranted:
+    """The front end vouches anew for ``identity`` (its attributes or permissions changed,
+    e.g. a grant lowered by the server API): what it may see follows ``peer`` from now on."""
+
+    identity: str
+    peer: Peer
+
+
+Incoming = Packet | Left | Typed | Regranted
 
 
 class Transport(Protocol):

@@ -34,6 +34,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from typing import Any, Final
 
 from livekit import api
@@ -42,7 +43,7 @@ from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
 
 from alicia.agent.storage.leases import Fence, Leases
-from alicia.agent.telemetry.instruments import LEASE_CLAIMS, TAKEOVERS
+from alicia.agent.telemetry.instruments import LEASE_CLAIMS, TAKEOVERS, lease_span
 
 __all__ = [
     "DRAINING",
@@ -119,7 +120,8 @@ class Hold:
         """Storage refused this agent's writes: the room is another agent's now."""
         if not self.lost.is_set():
             logger.warning("room lease lost: leaving", extra={"room": self.room})
-            self.lost.set()
+            with lease_span("alicia.lease.lost", self.room, **_epoch(self.fence.epoch)):
+                self.lost.set()
 
 
 class LeaseKeeper:
@@ -150,7 +152,7 @@ class LeaseKeeper:
         worker alone cannot reach it): None."""
         started = asyncio.get_running_loop().time()
         try:
-            epoch = await self.leases.claim(room, identity, WORKER_ID, self.timeout_s)
+            epoch = await self._claim(room, identity)
         except Exception as exc:
             LEASE_CLAIMS.add(1, {"alicia.lease.outcome": "unavailable"})
             if required:
@@ -177,6 +179,28 @@ class LeaseKeeper:
             self._ticked = asyncio.get_running_loop().time()
             self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
         return hold
+
+    async def _claim(self, room: str, identity: str) -> int | None:
+        """:meth:`Leases.claim`, in an ``alicia.lease.claim`` span (with traces on, how long
+        the room had no live agent before a takeover: one more query)."""
+        with lease_span("alicia.lease.claim", room) as span:
+            vacant: float | None = None
+            if span.is_recording():
+                with contextlib.suppress(Exception):
+                    before = await self.leases.get(room)
+                    if before is not None and before.agent_identity not in (None, identity):
+                        vacant = max(0.0, time.time() - before.heartbeat_at)
+            try:
+                epoch = await self.leases.claim(room, identity, WORKER_ID, self.timeout_s)
+            except Exception:
+                span.set_attribute("alicia.lease.outcome", "unavailable")
+                raise
+            span.set_attribute("alicia.lease.outcome", "refused" if epoch is None else "held")
+            if epoch is not None:
+                span.set_attribute("alicia.lease.epoch", epoch)
+                if epoch > 1 and vacant is not None:
+                    span.set_attribute("alicia.lease.vacant_s", round(vacant, 3))
+            return epoch
 
     async def accept(self, room: str, *, required: bool = False) -> bool:
         """Note at once that this worker takes a job for ``room`` (the watcher then waits
@@ -277,7 +301,7 @@ class LeaseKeeper:
         """Claim a room served since the database was away."""
         started = asyncio.get_running_loop().time()
         try:
-            epoch = await self.leases.claim(hold.room, hold.identity, WORKER_ID, self.timeout_s)
+            epoch = await self._claim(hold.room, hold.identity)
         except Exception:
             return
         _counted(epoch)
@@ -288,6 +312,10 @@ class LeaseKeeper:
             hold.fence.epoch = epoch
             hold.suspect = False
             logger.info("room lease claimed: failover guarantees again", extra={"room": hold.room})
+
+
+def _epoch(epoch: int | None) -> dict[str, int]:
+    return {} if epoch is None else {"alicia.lease.epoch": epoch}
 
 
 def _counted(epoch: int | None) -> None:

@@ -26,7 +26,16 @@ from typing import Any, Final
 from livekit import rtc
 
 from alicia.agent.engine.participants import Overloaded, TokenBucket
-from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError, Typed
+from alicia.agent.engine.transport import (
+    Incoming,
+    Left,
+    Packet,
+    Peer,
+    Regranted,
+    TransportError,
+    Typed,
+)
+from alicia.agent.telemetry.instruments import DROPPED, watch_queue
 from alicia.protocol import DATA_TOPIC, PROTOCOL_ATTRIBUTE, TEXT_BUDGET_BYTES, ProtocolError
 
 from .ffi_routing import publish, route_room
@@ -127,6 +136,7 @@ class RoomTransport:
         self._max_pending = max_pending
         self._queue: asyncio.Queue[Incoming | object] = asyncio.Queue()
         self._state = _State.NEW
+        watch_queue("incoming", self, lambda t: t._queue.qsize())
         self.dropped = 0
         """Incoming packets dropped because the queue was full."""
         self.unattributed = 0
@@ -138,6 +148,8 @@ class RoomTransport:
             raise RuntimeError(f"RoomTransport is {self._state.value}; it can be opened once")
         self._room.on("data_received", self._on_data)
         self._room.on("participant_disconnected", self._on_left)
+        self._room.on("participant_attributes_changed", self._on_attributes)
+        self._room.on("participant_permissions_changed", self._on_permissions)
         self._room.on("disconnected", self._on_disconnected)
         if self._chat_topic is not None:
             self._room.register_text_stream_handler(self._chat_topic, self._on_chat)
@@ -151,6 +163,8 @@ class RoomTransport:
         if self._state is _State.OPEN:
             self._room.off("data_received", self._on_data)
             self._room.off("participant_disconnected", self._on_left)
+            self._room.off("participant_attributes_changed", self._on_attributes)
+            self._room.off("participant_permissions_changed", self._on_permissions)
             self._room.off("disconnected", self._on_disconnected)
             if self._chat_topic is not None:
                 self._room.unregister_text_stream_handler(self._chat_topic)
@@ -194,7 +208,7 @@ class RoomTransport:
             if item is _END:
                 self._queue.put_nowait(_END)  # later iterators end too
                 return
-            assert isinstance(item, Packet | Left | Typed)
+            assert isinstance(item, Packet | Left | Typed | Regranted)
             yield item
 
     # -- room callbacks (event loop thread) -----------------------------------------
@@ -208,10 +222,12 @@ class RoomTransport:
             # identity is empty), so the packet cannot be answered. Clients repeat their
             # Configuration until it is answered (see DECISIONS in the worker report).
             self.unattributed += 1
+            DROPPED.add(1, _UNATTRIBUTED)
             logger.warning("data packet from an unknown participant dropped")
             return
         if self._queue.qsize() >= self._max_pending:
             self.dropped += 1
+            DROPPED.add(1, _QUEUE_FULL)
             logger.warning("incoming packet dropped", extra={"dropped": self.dropped})
             return
         sender = packet.participant
@@ -268,9 +284,11 @@ class RoomTransport:
         sender = self._room.remote_participants.get(identity)
         if sender is None or self._state is not _State.OPEN:
             self.unattributed += 1
+            DROPPED.add(1, _UNATTRIBUTED)
             return
         if self._queue.qsize() >= self._max_pending:
             self.dropped += 1
+            DROPPED.add(1, _QUEUE_FULL)
             logger.warning("incoming chat message dropped", extra={"dropped": self.dropped})
             return
         self._queue.put_nowait(Typed(identity, text, peer_of(sender), refused))
@@ -279,6 +297,17 @@ class RoomTransport:
         self._chat_opens.pop(participant.identity, None)
         self._queue.put_nowait(Left(participant.identity))
 
+    def _on_attributes(self, _changed: object, participant: rtc.Participant) -> None:
+        if isinstance(participant, rtc.RemoteParticipant):
+            self._queue.put_nowait(Regranted(participant.identity, peer_of(participant)))
+
+    def _on_permissions(self, participant: rtc.Participant, *_: object) -> None:
+        self._on_attributes(None, participant)
+
     def _on_disconnected(self, *_: object) -> None:
         # The room is gone: iteration ends; sends fail with TransportError from now on.
         self._queue.put_nowait(_END)
+
+
+_UNATTRIBUTED: Final = {"alicia.reason": "unattributed"}
+_QUEUE_FULL: Final = {"alicia.reason": "queue_full"}

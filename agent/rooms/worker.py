@@ -34,7 +34,7 @@ from alicia.agent.engine.tools import default_tools
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.storage.leases import lease_required
-from alicia.agent.telemetry.instruments import ROOMS
+from alicia.agent.telemetry.instruments import ROOMS, lease_span
 from alicia.agent.wiring import open_keys, open_llm, open_sink, open_telemetry
 
 from .conventions import CHAT_TOPIC, RoomConventions
@@ -253,6 +253,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
     identity = room.local_participant.identity
+    telemetry = open_telemetry(settings)  # before the claim: its span goes to the provider
     hold: Hold | None = None
     if settings.failover:
         hold = await _keeper(settings).hold(room.name, identity, required=lease_required)
@@ -281,7 +282,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
                 tools=default_tools(),
                 keys=keys,
             )
-            conversation.session.telemetry = open_telemetry(settings)
+            conversation.session.telemetry = telemetry
             if conventions is not None:
                 conversation.session.observers.append(conventions)
                 conventions.start()
@@ -351,12 +352,14 @@ async def _run_until_drained(
             await transport.aclose()
             await run
         elif not run.done():
-            settled = await conversation.runner.settle(settings.drain_turn_timeout_s)
-            logger.info(
-                "leaving a drained room", extra={"room": conversation.id, "settled": settled}
-            )
-            await transport.aclose()
-            await run
+            with lease_span("alicia.drain", conversation.id) as span:
+                settled = await conversation.runner.settle(settings.drain_turn_timeout_s)
+                span.set_attribute("alicia.drain.settled", settled)
+                logger.info(
+                    "leaving a drained room", extra={"room": conversation.id, "settled": settled}
+                )
+                await transport.aclose()
+                await run
     finally:
         for task in (run, drain, gone):
             task.cancel()

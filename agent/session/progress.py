@@ -82,6 +82,10 @@ _LEAD_S: Final = 0.4
 """A remark is chosen and synthesized this long before it is due."""
 _STALE_END_S: Final = 10.0
 """An end of speech older than this is not the one the answer follows (typed input)."""
+_PLAY_AHEAD_S: Final = 0.1
+"""A remark's frames are handed to the audio output this far ahead of their playing time,
+not all at once (its queue is unbounded), so a level that drops mid-remark stops it within
+this, livekit's 200 ms audio source queue and the delivery."""
 _EDGE_LEVEL: Final = 500
 """Samples quieter than this (of 32767) at the ends of a remark are not speech."""
 _EDGE_KEEP_S: Final = 0.05
@@ -404,19 +408,25 @@ class ProgressSpeaker:
                 texts.put_nowait(text)
                 self._on_remark(Remark(a.handle, text, made))
                 stopped = False
+                played = 0.0
                 for frame in frames:
+                    ahead = started + played - _PLAY_AHEAD_S - time.monotonic()
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
                     if a.ready.is_set():
                         break
                     if made == "summary" and self._level() != "summary":
                         stopped = True  # someone granted less joined: not a word more
                         break
                     yield frame
+                    played += frame.duration
                 if a.ready.is_set():
                     self._cut(box.handle)
                     return
                 if stopped:
                     logger.info("summary remark stopped: a listener granted less joined")
-                    a.quiet_since = due = time.monotonic()
+                    a.quiet_since = time.monotonic()  # cues take over, after the usual gap
+                    due = a.quiet_since + self._gap_s
                     continue
                 duration = sum(f.duration for f in frames)
                 a.quiet_since = started + duration

@@ -54,7 +54,7 @@ from alicia.agent.engine.sink import (
     StoredConversation,
     StoredMessage,
 )
-from alicia.agent.telemetry.instruments import FENCED
+from alicia.agent.telemetry.instruments import FENCED, watch_queue
 from alicia.protocol import (
     Envelope,
     ReasoningStep,
@@ -113,8 +113,7 @@ def _weight(body: Any) -> int:
 class StorageWriter:
     """The :class:`~alicia.agent.engine.sink.StepSink` that stores traffic in PostgreSQL or SQLite.
 
-    Use ``async with StorageWriter(url) as w`` or :func:`open_sink`. ``submit`` after
-    :meth:`aclose` raises :class:`RuntimeError`.
+    ``async with StorageWriter(url) as w`` or :func:`open_sink`; ``submit`` after close raises.
     """
 
     def __init__(self, url: str, options: WriterOptions | None = None) -> None:
@@ -148,6 +147,7 @@ class StorageWriter:
         """(seq, future) of :meth:`durable` callers, resolved as batches are stored."""
         self._fenced = False
         """Another agent took the conversation over (``options.fence``): drop everything."""
+        watch_queue("storage", self, lambda w: w.queued)
 
     # -- lifecycle --------------------------------------------------------------
 

@@ -20,8 +20,9 @@ from livekit import api, rtc
 from alicia.agent.engine.sealing import ReasoningSealer
 from alicia.agent.llm.summary import extractive_summary
 from alicia.harness import LiveKitServer
-from alicia.harness.recorded_llm import RecordedLLM
+from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import AssistantSentence, Configuration, ReasoningStep, UserMessage, new_id
+from bench.progress import SHAPE, pace
 from tests.e2e.worker import running_worker
 from tests.support.livekit_rooms import ProtocolClient
 
@@ -106,3 +107,54 @@ async def test_each_participant_gets_exactly_the_level_its_token_grants(
         name: " ".join(s.text for s in c.of(AssistantSentence)) for name, c in clients.items()
     }
     assert all(a.split() == spec.answer.split() for a in answers.values())  # answers: all
+
+
+async def test_a_grant_lowered_by_the_server_mid_turn_holds_from_the_next_step(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """An operator lowers a participant's grant (the server API's UpdateParticipant) while
+    the model reasons: the steps after it go only to those still entitled; the answer
+    still reaches everyone."""
+    room = new_id("conv")
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(6.0)))
+    env = {"ALICIA_LOAD_THRESHOLD": "inf"}
+    async with (
+        running_worker(livekit_server, llm.base_url, env=env) as w,
+        contextlib.AsyncExitStack() as stack,
+        api.LiveKitAPI(
+            livekit_server.http_url, livekit_server.api_key, livekit_server.api_secret
+        ) as lk,
+    ):
+        clients: dict[str, ProtocolClient] = {}
+        for name in ("lowered", "witness"):
+            r = rtc.Room()
+            await r.connect(
+                livekit_server.url, token(livekit_server, room, name, "full", own=False)
+            )
+            stack.push_async_callback(r.disconnect)
+            clients[name] = ProtocolClient(r, room)
+        lowered, witness = clients["lowered"], clients["witness"]
+        try:
+            for c in clients.values():
+                await c.wait_for_agent()
+                await c.handshake()
+            await lowered.send(
+                UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user)
+            )
+            await lowered.wait_for(ReasoningStep, within=30)
+            await lk.room.update_participant(
+                api.UpdateParticipantRequest(
+                    room=room, identity="lowered", attributes={"alicia.reasoning": "none"}
+                )
+            )
+            seen_then = len(lowered.of(ReasoningStep))
+            witness_then = len(witness.of(ReasoningStep))
+            for c in clients.values():
+                await c.wait_for(AssistantSentence, within=60, is_final=True)
+        except BaseException as exc:
+            raise AssertionError(f"{exc!r}\n{w.log()}") from exc
+    assert len(witness.of(ReasoningStep)) - witness_then >= 2  # the model kept reasoning
+    assert len(lowered.of(ReasoningStep)) - seen_then <= 1  # at most one on its way
+    answers = [" ".join(s.text for s in c.of(AssistantSentence)) for c in clients.values()]
+    assert all(a.split() == spec.answer.split() for a in answers)

@@ -17,6 +17,7 @@ audio frame of the agent; pocketsphinx tells what it heard:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytest_asyncio
-from livekit import rtc
+from livekit import api, rtc
 
 from alicia.agent.engine.remarks import CUES, speakable, tool_cue
 from alicia.agent.engine.sink import REMARK_TYPE
@@ -258,6 +259,63 @@ async def test_a_listener_granted_none_who_joins_leaves_only_cues(
     assert_no_canary(listener, texts)
     for canary in CANARIES:
         assert not spotted(bob_hears.pcm(), ROOM_RATE, canary)
+
+
+STOPPED_WITHIN_S = 1.0
+"""Seconds from a listener's grant being lowered to the end of a summary remark's sound:
+the agent hears of it (livekit-server sends an attribute change at once), stops at the
+next frame, and what it had handed to the audio output still plays (0.1 s ahead, plus
+livekit's 200 ms source queue and the delivery). A remark plays about 2 s."""
+
+
+async def test_a_summary_remark_stops_when_a_listener_s_grant_is_lowered_while_it_plays(
+    livekit_server: LiveKitServer, llm: RecordedLLM, summary_worker: WorkerProcess
+) -> None:
+    # What a participant granted less who joins mid-remark causes: the level drops while
+    # the remark plays (a grant lowered by the server API is that moment, made exactly).
+    spec = llm.spec(SHAPE)
+    room = f"progress-lowered-{new_id('r')}"
+    alice = granted(livekit_server, room, "alice", "summary")
+    bob = granted(livekit_server, room, "bob", "summary")
+    async with (
+        joined(livekit_server, room, "alice", alice) as r,
+        contextlib.AsyncExitStack() as stack,
+        api.LiveKitAPI(
+            livekit_server.http_url, livekit_server.api_key, livekit_server.api_secret
+        ) as lk,
+    ):
+        listener = Listener(r, room)
+        await listener.ask(spec.user)  # the agent listens to alice (the first to join)
+        other = await stack.enter_async_context(joined(livekit_server, room, "bob", bob))
+        bob_hears = AudioRecorder(other)
+        try:
+            async with asyncio.timeout(40):
+                while not [c for c in listener.remarks() if c.content not in CUES]:
+                    await asyncio.sleep(0.02)
+                shown = time.monotonic()  # the summary remark's Commentary: it starts playing
+                while not listener.recorder.loud(after=shown):
+                    await asyncio.sleep(0.02)
+        except TimeoutError as exc:
+            remarks = [c.content for c in listener.remarks()]
+            raise AssertionError(f"{remarks}\n{summary_worker.log(20000)}") from exc
+        await lk.room.update_participant(
+            api.UpdateParticipantRequest(
+                room=room, identity="bob", attributes={"alicia.reasoning": "none"}
+            )
+        )
+        lowered, lowered_wall = time.monotonic(), time.time()
+        await listener.hear_answer()
+        await listener.recorder.aclose()
+        await bob_hears.aclose()
+    assert listener.answer_seen_at is not None
+    runs = sound_runs(listener.recorder.loud(after=shown))
+    playing = runs[0]  # the summary remark's sound, heard before the grant was lowered
+    assert playing[0] < lowered, (shown, lowered, runs)
+    assert playing[1] - lowered < STOPPED_WITHIN_S, (shown, lowered, lowered_wall, runs)
+    texts = [c.content for c in listener.remarks()]
+    later = [c.content for c in listener.remarks() if (c.timestamp or 0) / 1000 > lowered_wall]
+    assert set(later) <= set(CUES), texts  # cues take over
+    assert_no_canary(listener, texts)
 
 
 async def test_a_model_that_answers_within_the_delay_gets_no_remark(
