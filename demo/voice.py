@@ -56,6 +56,7 @@ async def ask_by_voice(
     agent: list[str] = []
     done = asyncio.Event()
     understood = asyncio.Event()
+    configured = asyncio.Event()
     steps = 0
 
     def on_data(packet: rtc.DataPacket) -> None:
@@ -65,7 +66,9 @@ async def ask_by_voice(
             return
         with contextlib.suppress(DecodeError):
             body = decode(packet.data).body
-            if isinstance(body, Transcription):
+            if isinstance(body, Configuration):
+                configured.set()
+            elif isinstance(body, Transcription):
                 understood.set()
                 console.print(f"you (heard) > {body.text}")
             elif isinstance(body, ReasoningStep):
@@ -90,10 +93,16 @@ async def ask_by_voice(
                 await asyncio.sleep(0.05)
         counter = StanzaCounter("client")
         hello = Configuration(features=["reasoning_step_display", "streaming", "audio_output"])
-        data = encode(envelope(hello, stanza_id=counter.next(), conversation_id=room))
-        await r.local_participant.publish_data(
-            data, reliable=True, destination_identities=agent, topic=DATA_TOPIC
-        )
+        for _ in range(30):  # until answered: the agent may not know this participant yet
+            data = encode(envelope(hello, stanza_id=counter.next(), conversation_id=room))
+            await r.local_participant.publish_data(
+                data, reliable=True, destination_identities=agent, topic=DATA_TOPIC
+            )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await configured.wait()
+            if configured.is_set():
+                break
         mic = Microphone(r)
         await mic.start()
         for _ in range(3):  # speech sent before the agent listens is lost: say it again

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from livekit.agents import Agent, AgentSession, JobContext, TurnHandlingOptions, stt, tts, vad
+from livekit.agents.voice import room_io
 
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.session.attach import attach_reasoning
@@ -29,6 +30,8 @@ from alicia.agent.session.host import start_gated_host
 from alicia.agent.session.llm import AliciaLLM
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings
+
+from .conventions import CHAT_TOPIC
 
 __all__ = ["VoiceParts", "load_plugin", "serve_voice_room", "turn_handling", "voice_parts"]
 
@@ -91,9 +94,12 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     )
     tools = session_tools(default_tools()) if settings.tools_enabled else []
     agent = Agent(instructions=settings.system_prompt, tools=tools)
-    # No open session host, not even for a moment: the gated one from the start.
-    await session.start(agent=agent, room=ctx.room, session_host=False)
+    # No open session host, not even for a moment: the gated one from the start. Typed
+    # input (lk.chat) is read by the bridge's transport, bounded, not by RoomIO's.
+    chat = CHAT_TOPIC if settings.lk_conventions else None
+    options = room_io.RoomOptions(text_input=False) if chat else room_io.RoomOptions()
+    await session.start(agent=agent, room=ctx.room, session_host=False, room_options=options)
     await start_gated_host(session, ctx.room)
-    bridge = await attach_reasoning(session, ctx.room, settings=settings)
+    bridge = await attach_reasoning(session, ctx.room, settings=settings, chat_topic=chat)
     ctx.add_shutdown_callback(bridge.aclose)
     logger.info("voice room served by an AgentSession", extra={"room": ctx.room.name})

@@ -28,6 +28,7 @@ async def attach_reasoning(
     *,
     settings: Settings | None = None,
     conversation_id: str | None = None,
+    chat_topic: str | None = None,
 ) -> ReasoningBridge:
     """Speak the Alicia protocol in ``room`` for ``agent_session`` (started with that room).
 
@@ -35,7 +36,9 @@ async def attach_reasoning(
     ``DATABASE_URL``, ``ALICIA_REASONING_KEYS``, ``ALICIA_ZDR``, ...); the LiveKit and LLM
     variables are not needed here. The bridge closes with the session. The session's own
     session host (``lk.agent.session``) then answers each request only to a participant
-    entitled to it (:mod:`alicia.agent.session.host`).
+    entitled to it (:mod:`alicia.agent.session.host`). ``chat_topic`` (``lk.chat``, with
+    the session's RoomIO text input off): typed input read by the bridge, bounded (open
+    streams per sender, a deadline, a rate) and under the UserMessage rules.
     """
     from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
@@ -52,6 +55,7 @@ async def attach_reasoning(
         keys=open_keys(settings),
         conversation_id=conversation_id,
     )
+    bridge.chat_topic = chat_topic
     await bridge.start()
     return bridge
 

@@ -15,17 +15,16 @@ the protocol clients in the room, through the same projection and under the same
   from the session's own tool calls, StartAnswer and AssistantSentences from what the
   agent says, and the end (``stopped`` when the speech was interrupted: the answer is
   what was spoken, closed as partial);
-* a UserMessage from a protocol client -> ``generate_reply(user_input=...)``;
-* an authorised ControlStop -> the speech is interrupted.
+* a UserMessage from a protocol client, or (with :attr:`ReasoningBridge.chat_topic`, the
+  session's RoomIO text input off) a whole ``lk.chat`` message read within the transport's
+  bounds -> ``generate_reply(user_input=...)``; an authorised ControlStop -> interrupted.
 
-Preemptive generation (the LLM runs before the user's turn is confirmed, and the speech
-is discarded if the user goes on): a speech not yet scheduled is held; what its LLM
-reports waits, bounded, until the session schedules it. A speech discarded before that
-leaves nothing, to no client and no storage (``protocol/DECISIONS.md``).
+Preemptive generation (the LLM runs before the user's turn is confirmed): a speech not
+yet scheduled is held, what its LLM reports waits, bounded; a speech discarded before it
+is scheduled leaves nothing, to no client and no storage (``protocol/DECISIONS.md``).
 
-It never changes what the session speaks; with an LLM that reports no reasoning
-(livekit's own plugins) it still reports transcripts, tools and answers. A turn's span
-(``alicia.agent.telemetry``) nests under the speech's first ``llm_request`` span.
+It never changes what the session speaks; with an LLM that reports no reasoning it still
+reports transcripts, tools and answers. A turn's span nests under its ``llm_request``'s.
 """
 
 from __future__ import annotations
@@ -107,6 +106,8 @@ class _Turn:
 class ReasoningBridge:
     """Reports an AgentSession's turns to the protocol clients of its room."""
 
+    chat_topic: str | None = None  # typed input read on this topic, as UserMessages
+
     def __init__(
         self,
         agent_session: AgentSession[Any],
@@ -147,7 +148,7 @@ class ReasoningBridge:
 
     async def start(self) -> None:
         """Join the protocol topic of the room and follow the session's events."""
-        self._transport = RoomTransport(self._room).start()
+        self._transport = RoomTransport(self._room, chat_topic=self.chat_topic).start()
         self.session = ProtocolSession(
             conversation_id=self._conversation_id,
             options=self._settings.engine_options(),

@@ -6,7 +6,7 @@ until answered: a protocol client gets ErrorMessages), opens COUNT text streams 
 obeys stdin lines: ``report`` prints ``{"errors": [[code, message], ...]}`` (the
 ErrorMessages the agent sent it so far), ``say TEXT`` sends TEXT as one whole chat
 message; end of input leaves. Its own process, so that its work (a thousand streams) does
-not slow the test's other clients.
+not slow the test's other clients. :func:`mallory` starts it from a test.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from livekit import rtc
@@ -61,6 +62,53 @@ async def main(url: str, token: str, count: int) -> None:
             await room.local_participant.send_text(rest, topic=TOPIC_CHAT)
             print(json.dumps({"said": rest}), flush=True)
     await room.disconnect()
+
+
+@contextlib.asynccontextmanager
+async def mallory(
+    url: str, token: str, count: int
+) -> AsyncIterator[Callable[[str], Awaitable[dict[str, Any]]]]:
+    """This flooder in a process of its own; yields ``ask(command)``: the command's JSON
+    answer (``""``: the next line it prints, ``{"opened": count}`` first)."""
+    from tests.paths import ROOT
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.e2e.chat_flooder",
+        url,
+        token,
+        str(count),
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    async def ask(command: str) -> dict[str, Any]:
+        if command:
+            stdin.write(command.encode() + b"\n")
+            await stdin.drain()
+        answer: dict[str, Any] = json.loads(await asyncio.wait_for(stdout.readline(), 120))
+        return answer
+
+    try:
+        yield ask
+    finally:
+        stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 20)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def assert_refused_as_they_open(errors: list[list[Any]]) -> None:
+    """The flooder's ErrorMessages: Overloaded (504) as her streams opened, rate-limited."""
+    assert errors and all(code == 504 for code, _ in errors), errors
+    assert any("open at once" in m or "slow down" in m for _, m in errors), errors
+    assert len(errors) < 60, len(errors)  # errors are rate-limited too
 
 
 if __name__ == "__main__":

@@ -49,7 +49,9 @@ async def test_demo_voice_asks_by_voice_and_records_the_spoken_answer(tmp_path: 
         ) from None
     out = raw_out.decode()
     log = tmp_path / "alicia-reasoning" / "worker.log"
-    worker_log = log.read_text(errors="replace")[-6000:] if log.exists() else "(no worker log)"
+    text = log.read_text(errors="replace") if log.exists() else "(no worker log)"
+    warned = [line for line in text.splitlines() if '"level": "WARNING"' in line]
+    worker_log = "\n".join(warned)[-6000:] + "\n--- its end ---\n" + text[-4000:]
     assert proc.returncode == 0, (
         f"{out}\n{raw_err.decode()[-3000:]}\n--- worker log ---\n{worker_log}"
     )
