@@ -31,6 +31,7 @@ from livekit.agents import (
 
 from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.tools import default_tools
+from alicia.agent.env import EnvReader
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.storage.leases import lease_required
@@ -110,11 +111,8 @@ def share_tracer_provider() -> None:
         return
     from livekit.agents import telemetry
 
-    allow = os.environ.get("LIVEKIT_TELEMETRY_ALLOW_PII", "").strip().lower() in _TRUE
+    allow = EnvReader(os.environ).flag("LIVEKIT_TELEMETRY_ALLOW_PII", False)
     telemetry.set_tracer_provider(tracer_provider(foreign_content=allow), allow_pii=True)
-
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 def build_server(settings: Settings) -> AgentServer:

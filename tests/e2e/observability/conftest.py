@@ -38,6 +38,17 @@ async def eventually(what: str, probe: Callable[[], T | None], within: float = 3
     raise AssertionError(f"{what}: nothing within {within} s (last: {last!r})")
 
 
+def traced(jaeger: Jaeger, service: str, **extra: str) -> dict[str, str]:
+    """A process's environment for traces to ``jaeger`` under ``service`` (exported every
+    200 ms), with ``extra`` on top."""
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        **extra,
+    }
+
+
 def tags(item: dict[str, Any]) -> dict[str, Any]:
     """A Jaeger span's (or log's) key/value list as a dict."""
     return {t["key"]: t["value"] for t in item.get("tags", item.get("fields", []))}

@@ -23,7 +23,7 @@ from alicia.harness import LiveKitServer, free_port
 from alicia.harness.observability import Jaeger
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import new_id
-from tests.e2e.observability.conftest import eventually, tags
+from tests.e2e.observability.conftest import eventually, tags, traced
 from tests.support.agui_endpoint import AguiProcess, agui_token, post_run, run_input, running_agui
 
 pytestmark = [pytest.mark.integration]
@@ -39,12 +39,7 @@ METRICS_PORT = free_port()
 async def agui(
     livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
 ) -> AsyncIterator[AguiProcess]:
-    env = {
-        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
-        "OTEL_SERVICE_NAME": SERVICE,
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
-        "ALICIA_METRICS_PORT": str(METRICS_PORT),
-    }
+    env = traced(jaeger, SERVICE, ALICIA_METRICS_PORT=str(METRICS_PORT))
     async with running_agui(livekit_server, llm.base_url, env=env) as process:
         yield process
 

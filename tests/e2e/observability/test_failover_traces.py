@@ -23,7 +23,7 @@ from alicia.harness.observability import Jaeger
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import new_id
 from tests.e2e.failover.helpers import rooms_mid_turn, running_watcher, worker_env
-from tests.e2e.observability.conftest import eventually, tags
+from tests.e2e.observability.conftest import eventually, tags, traced
 from tests.e2e.worker import running_worker
 from tests.support.db import new_database
 
@@ -55,12 +55,7 @@ async def test_claims_a_takeover_and_a_drain_are_spans_on_the_room(
     jaeger: Jaeger,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "traces")
-    env = worker_env(
-        url,
-        OTEL_EXPORTER_OTLP_ENDPOINT=jaeger.otlp_url,
-        OTEL_SERVICE_NAME=SERVICE,
-        OTEL_BSP_SCHEDULE_DELAY="200",
-    )
+    env = worker_env(url, **traced(jaeger, SERVICE))
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))

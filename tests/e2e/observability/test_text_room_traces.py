@@ -25,7 +25,7 @@ from alicia.harness.observability import Jaeger, Prometheus
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ErrorMessage, ReasoningStep, new_id
 from tests.e2e.conftest import WORKER_ENV
-from tests.e2e.observability.conftest import eventually, tags
+from tests.e2e.observability.conftest import eventually, tags, traced
 from tests.e2e.worker import WorkerProcess, running_worker
 from tests.e2e.worker_client import client, final, of, user_message, worker_log_on_failure
 
@@ -44,13 +44,7 @@ async def observed_worker(
 ) -> AsyncIterator[WorkerProcess]:
     """The worker with traces to Jaeger and its /metrics on :data:`METRICS_PORT`; the only
     worker on the server while the test runs (a room goes to any registered worker)."""
-    env = {
-        **WORKER_ENV,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
-        "OTEL_SERVICE_NAME": SERVICE,
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
-        "ALICIA_METRICS_PORT": str(METRICS_PORT),
-    }
+    env = {**WORKER_ENV, **traced(jaeger, SERVICE, ALICIA_METRICS_PORT=str(METRICS_PORT))}
     async with running_worker(livekit_server, llm.base_url, env=env) as proc:
         yield proc
 
@@ -139,13 +133,7 @@ async def test_with_trace_content_full_the_reasoning_is_only_in_the_reasoning_pa
     livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
 ) -> None:
     service = f"alicia-full-{new_id('t')}"
-    env = {
-        **WORKER_ENV,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
-        "OTEL_SERVICE_NAME": service,
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
-        "ALICIA_TRACE_CONTENT": "full",
-    }
+    env = {**WORKER_ENV, **traced(jaeger, service, ALICIA_TRACE_CONTENT="full")}
     spec = llm.spec(STREAM)
     room = new_id("conv")
     async with running_worker(livekit_server, llm.base_url, env=env) as worker:

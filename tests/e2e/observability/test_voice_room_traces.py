@@ -24,7 +24,7 @@ from alicia.harness.observability import Jaeger
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
 from alicia.protocol import ids as id_prefix
-from tests.e2e.observability.conftest import eventually, tags
+from tests.e2e.observability.conftest import eventually, tags, traced
 from tests.e2e.worker import WorkerProcess, running_worker
 from tests.support.livekit_rooms import ProtocolClient, joined
 
@@ -40,12 +40,7 @@ SERVICE = f"alicia-voice-{new_id('t')}"
 async def voice_worker(
     livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
 ) -> AsyncIterator[WorkerProcess]:
-    env = {
-        "ALICIA_VOICE": "offline",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
-        "OTEL_SERVICE_NAME": SERVICE,
-        "OTEL_BSP_SCHEDULE_DELAY": "200",
-    }
+    env = traced(jaeger, SERVICE, ALICIA_VOICE="offline")
     async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
         yield w
 
