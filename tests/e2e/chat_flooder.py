@@ -104,6 +104,30 @@ async def mallory(
             await proc.wait()
 
 
+async def refusals_then_a_turn(
+    ask: Callable[[str], Awaitable[dict[str, Any]]], opened_at: float, other: Any, llm: Any
+) -> tuple[list[list[Any]], list[Any]]:
+    """Once the flood is open (at ``opened_at``): the flooder's ErrorMessages so far, then,
+    past the deadline (her streams dropped), a whole message of hers as a turn: ``other``
+    (a protocol client in her room) sees its Transcription, then the answer's final
+    sentence; its box then."""
+    import time
+
+    from alicia.agent.rooms.transport import CHAT_DEADLINE_S
+    from alicia.protocol import Transcription
+    from tests.e2e.worker_client import final, of
+
+    await asyncio.sleep(1.0)  # the last refusals on their way
+    errors: list[list[Any]] = (await ask("report"))["errors"]
+    await asyncio.sleep(max(0.0, opened_at + CHAT_DEADLINE_S + 1.0 - time.monotonic()))
+    llm.script("plain_no_reasoning")
+    await ask("say a real question")
+    await other.wait_until(
+        lambda b: any(t.text == "a real question" for t in of(b, Transcription)), within=30.0
+    )
+    return errors, await other.wait_until(final, within=60.0)
+
+
 def assert_refused_as_they_open(errors: list[list[Any]]) -> None:
     """The flooder's ErrorMessages: Overloaded (504) as her streams opened, rate-limited."""
     assert errors and all(code == 504 for code, _ in errors), errors

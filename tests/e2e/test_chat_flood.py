@@ -18,11 +18,10 @@ import time
 
 import pytest
 
-from alicia.agent.rooms.transport import CHAT_DEADLINE_S
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
-from alicia.protocol import ErrorMessage, Transcription, new_id
-from tests.e2e.chat_flooder import assert_refused_as_they_open, mallory
+from alicia.protocol import ErrorMessage, new_id
+from tests.e2e.chat_flooder import assert_refused_as_they_open, mallory, refusals_then_a_turn
 from tests.e2e.conftest import WORKER_ENV as BASE_ENV
 from tests.e2e.worker import WorkerProcess
 from tests.e2e.worker_client import Client, client, final, of, user_message, worker_log_on_failure
@@ -72,18 +71,8 @@ async def test_a_thousand_open_chat_streams_are_refused_and_the_other_room_goes_
                     during.append(await turn_seconds(alice, llm, quiet))
                     await asyncio.sleep(PACE_S)
                 assert (await flooding)["opened"] == FLOOD
-                opened_at = time.monotonic()
-                await asyncio.sleep(1.0)  # the last refusals on their way
-                errors = (await ask("report"))["errors"]
                 # Past the deadline her streams are dropped: a whole message is a turn.
-                await asyncio.sleep(max(0.0, opened_at + CHAT_DEADLINE_S + 1.0 - time.monotonic()))
-                llm.script("plain_no_reasoning")
-                await ask("say a real question")
-                box = await vic.wait_until(
-                    lambda b: any(t.text == "a real question" for t in of(b, Transcription)),
-                    within=30.0,
-                )
-                await vic.wait_until(final, within=30.0)
+                errors, box = await refusals_then_a_turn(ask, time.monotonic(), vic, llm)
     ratio = statistics.median(during) / statistics.median(calm)
     print(
         f"chat flood: {FLOOD} streams opened; alice's turn {statistics.median(calm):.3f} s "
