@@ -34,9 +34,10 @@ random point of one turn's length, so rooms do not run in step).
   it also sends what LiveKit's agent conventions ask of any agent a stock frontend shows:
   each answer as an ``lk.transcription`` text stream (a write per sentence) and the
   ``lk.agent.state`` attribute (thinking, speaking, listening), the cheapest way the SDK
-  offers (``ffi_routing.TextStream`` and ``set_attributes``, the worker's path). No
-  protocol session, storage, history or checks: the least any agent must do for this
-  traffic.
+  offers (``ffi_routing.TextStream`` and ``set_attributes``, the worker's path); one that
+  fails under load (livekit-server's ``request timeout``) is counted on stderr and the
+  room's next ones still go, as the worker's do. No protocol session, storage, history or
+  checks: the least any agent must do for this traffic.
 
 Once every room streams, ``--warmup`` seconds pass, then a ``--seconds`` window; then
 clients send no new turns and wait for the turn under way to end.
@@ -416,13 +417,20 @@ class FloorRoom:
         self.conventions = os.environ.get("ALICIA_LK_CONVENTIONS", "true").lower() in _TRUE
         """Also LiveKit's conventions, as the worker (``ALICIA_LK_CONVENTIONS``, default on)."""
         self._ops: asyncio.Queue[Any] = asyncio.Queue()
+        self.failed_ops = 0
+        """Convention operations that failed (each logged by the worker as well)."""
 
     async def _send_conventions(self) -> None:
         """The conventions' room operations, in order, off the protocol's path (as the
-        worker sends them)."""
+        worker sends them). One that fails (livekit-server's signal answering late under
+        load: ``request timeout``) is counted and the next goes on, as the worker's do:
+        ending here would leave the room's later traffic unsent and the floor lighter."""
         while True:
             op = await self._ops.get()
-            await op
+            try:
+                await op
+            except Exception:
+                self.failed_ops += 1
 
     def _later(self, op: Any) -> None:
         if self.conventions:
@@ -553,6 +561,8 @@ async def floor_process(url: str, base_url: str, tokens: list[tuple[str, str]]) 
             floor._spawn(floor._send_conventions())
         print("READY", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        failed = sum(f.failed_ops for f in rooms)
+        print(f"floor: {failed} convention operations failed (sent on)", file=sys.stderr)
         await asyncio.gather(*(f.room.disconnect() for f in rooms))
 
 

@@ -339,13 +339,15 @@ class Turn:
         ]
         keep = self._options.history_turns
         carry = self._options.passback[0] == "all_turns"
-        past = [ex for ex in self._history if strip_reasoning(ex.answer_text).strip()]
-        for ex in past[-keep:] if keep else ():
+        past: list[tuple[Exchange, str]] = []  # the last ``keep`` with an answer, newest first
+        for ex in reversed(self._history) if keep else ():
+            if said := strip_reasoning(ex.answer_text).strip():
+                past.append((ex, said))
+                if len(past) == keep:  # the retained history may hold 256 turns: stop here
+                    break
+        for ex, said in reversed(past):
             messages.append({"role": "user", "content": ex.user_text})
-            answer: dict[str, Any] = {
-                "role": "assistant",
-                "content": strip_reasoning(ex.answer_text).strip(),
-            }
+            answer: dict[str, Any] = {"role": "assistant", "content": said}
             if carry and ex.kept is not None:
                 answer[PASSBACK_KEY] = ex.kept
             messages.append(answer)

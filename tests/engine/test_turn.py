@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -305,3 +306,26 @@ async def test_a_providers_summary_of_raw_reasoning_goes_with_its_step(serve: An
     ]
     ended = events[-1]
     assert isinstance(ended, TurnEnded) and ended.answer == "It is 12."
+
+
+@pytest.mark.parametrize("keep", [0, 1, 5, 40])
+def test_the_context_holds_the_last_answered_exchanges_in_order(
+    client: openai.AsyncOpenAI, keep: int
+) -> None:
+    # 30 past turns, every third without an answer (failed, or stopped before any text).
+    history = [
+        Exchange(f"u{i}", f"q{i}", f"a{i}", "" if i % 3 == 0 else f"<think>x</think>A{i}.")
+        for i in range(30)
+    ]
+    options = dataclasses.replace(OPTIONS, history_turns=keep)
+    turn = Turn(
+        user_id="u30", text="now", answer_id="a30", llm=client, options=options, history=history
+    )
+    answered = [i for i in range(30) if i % 3][-keep:] if keep else []
+    expected = [{"role": "system", "content": "Be brief."}]
+    for i in answered:
+        expected += [
+            {"role": "user", "content": f"q{i}"},
+            {"role": "assistant", "content": f"A{i}."},
+        ]
+    assert turn._context() == [*expected, {"role": "user", "content": "now"}]
