@@ -1,7 +1,9 @@
 // Browser run of the web debug page through an agent takeover, driven by playwright-core
 // with Debian's chromium. Run from pytest (tests/e2e/browser/test_browser_trust.py), which
 // plays the room: the agent answers QUESTION_1; an impostor joins under the agent's
-// identity (the real agent is removed) and forges; then a new agent joins.
+// identity (the real agent is removed) and forges; then a new agent joins. The driver
+// prints "FIRST" once the page shows the first answer whole (the test starts the takeover
+// then: packets the agent sent may still be on their way before) and its report last.
 //
 //   PAGE_URL      page to open (?room=...&autoconnect=1)
 //   QUESTION_1/2  the question before the takeover and the one after it
@@ -78,6 +80,7 @@ try {
 
   await ask(env.QUESTION_1 ?? "6 x 7?", 1);
   result.first = await turnInfo(0);
+  console.log("FIRST"); // the page shows the whole first answer
   if (env.WAIT_AGENTS) {
     await page.waitForSelector(`body[data-agents="${env.WAIT_AGENTS}"]`, { timeout });
     console.log("SWAP");

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from alicia.harness import LiveKitServer
-from alicia.protocol import AssistantSentence, Configuration, UserMessage, new_id
+from alicia.protocol import Configuration, UserMessage, new_id
 from tests.e2e.browser.helpers import BROWSER, CHROMIUM, node_binary, page_url
 from tests.e2e.web_app import serving_web
 from tests.paths import ARTIFACTS, ROOT
-from tests.support.scripted_agent import ScriptedAgent, scripted_agent
-from tests.support.trust import ANSWER, FORGED, forging, from_clients, last_stanza, until
+from tests.support.scripted_agent import scripted_agent
+from tests.support.trust import ANSWER, FORGED, forging, from_clients, last_stanza
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 SCRIPT = BROWSER / "takeover.mjs"
@@ -54,12 +54,6 @@ async def start_driver(
     )
 
 
-def answered(agent: ScriptedAgent) -> bool:
-    """``agent`` has sent the final sentence of an answer."""
-    sent = [e.body for e in agent.sent]
-    return any(isinstance(b, AssistantSentence) and b.is_final for b in sent)
-
-
 async def report_of(proc: asyncio.subprocess.Process) -> dict[str, Any]:
     out, err = await asyncio.wait_for(proc.communicate(), 180)
     lines = out.decode().strip().splitlines()
@@ -79,7 +73,7 @@ async def test_the_page_shows_nothing_from_an_impostor_and_follows_the_new_agent
     ):
         driver = await start_driver(page_url(base, room), shot)
         try:
-            await until(lambda: answered(a), timeout=90, what="the first answer")
+            await said(driver, "FIRST", 90)  # shown whole by the page, not only sent
             seen = last_stanza(a)
             turn_ids = [u.id for u in from_clients(a, UserMessage)]
             async with (
@@ -135,7 +129,7 @@ async def test_another_agent_that_does_not_speak_the_protocol_never_becomes_the_
         )
         driver = await start_driver(page_url(base, room), shot)
         try:
-            await until(lambda: answered(a), timeout=90, what="the first answer")
+            await said(driver, "FIRST", 90)  # shown whole by the page, not only sent
             seen = last_stanza(a)
             turn_ids = [u.id for u in from_clients(a, UserMessage)]
             avatar = await stack.enter_async_context(
@@ -182,7 +176,7 @@ async def test_under_explicit_dispatch_the_page_moves_to_the_agent_of_its_name(
                 wait_agents=2,  # A and B (not the agent of another name)
             )
             stack.push_async_callback(_reap, driver)
-            await until(lambda: answered(a), timeout=90, what="the first answer")
+            await said(driver, "FIRST", 90)  # shown whole by the page, not only sent
             seen = last_stanza(a)
             other = await stack.enter_async_context(
                 scripted_agent(
