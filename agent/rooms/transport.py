@@ -298,11 +298,20 @@ class RoomTransport:
         self._queue.put_nowait(Left(participant.identity))
 
     def _on_attributes(self, _changed: object, participant: rtc.Participant) -> None:
+        # Attributes a participant may set itself are never grants: its own changes (as
+        # many as it likes) change nothing and are not queued.
         if isinstance(participant, rtc.RemoteParticipant):
-            self._queue.put_nowait(Regranted(participant.identity, peer_of(participant)))
+            peer = peer_of(participant)
+            if not peer.can_update_own_attributes:
+                self._regrant(participant.identity, peer)
 
     def _on_permissions(self, participant: rtc.Participant, *_: object) -> None:
-        self._on_attributes(None, participant)
+        if isinstance(participant, rtc.RemoteParticipant):  # the server's doing only
+            self._regrant(participant.identity, peer_of(participant))
+
+    def _regrant(self, identity: str, peer: Peer) -> None:
+        # Never dropped (a lowered grant must hold): only the server makes these.
+        self._queue.put_nowait(Regranted(identity, peer))
 
     def _on_disconnected(self, *_: object) -> None:
         # The room is gone: iteration ends; sends fail with TransportError from now on.
