@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from livekit import api
 
-from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, TransportError
+from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, Regranted, TransportError
 from alicia.agent.rooms.transport import RoomTransport
 from alicia.harness import LiveKitServer
 from alicia.protocol import DATA_TOPIC, new_id
@@ -214,3 +214,39 @@ async def test_packets_carry_what_the_server_says_of_their_sender(
     assert peers["granted"].grant("alicia.operator") == "true"
     assert peers["selfish"].can_update_own_attributes is True
     assert peers["selfish"].grant("alicia.operator") is None
+
+
+async def test_a_grant_changed_by_the_server_is_handed_on_and_a_self_made_change_is_not(
+    livekit_server: LiveKitServer,
+) -> None:
+    """The server API lowers a participant's grant: the engine gets ``Regranted`` with the
+    new attributes. A participant that may set its own attributes sets them 50 times:
+    nothing is queued (they are never grants), before or after."""
+    room = new_id("conv")
+    granted = _token(livekit_server, room, "granted", self_update=False)
+    selfish = _token(livekit_server, room, "selfish", self_update=True)
+    async with (
+        joined(livekit_server, room, "agent") as agent_room,
+        joined(livekit_server, room, "granted", granted),
+        joined(livekit_server, room, "selfish", selfish) as b,
+        api.LiveKitAPI(
+            livekit_server.http_url, livekit_server.api_key, livekit_server.api_secret
+        ) as lk,
+    ):
+        for who in ("granted", "selfish"):
+            await wait_for_participant(agent_room, who)
+        async with RoomTransport(agent_room) as transport:
+            items = aiter(transport)
+            for i in range(50):
+                await b.local_participant.set_attributes({"alicia.reasoning": f"full{i}"})
+            await lk.room.update_participant(
+                api.UpdateParticipantRequest(
+                    room=room, identity="granted", attributes={"alicia.reasoning": "none"}
+                )
+            )
+            item = await next_item(items)
+            await asyncio.sleep(0.5)  # anything else would have come by now
+            left = transport._queue.qsize()
+    assert isinstance(item, Regranted) and item.identity == "granted", item
+    assert item.peer.grant("alicia.reasoning") == "none"
+    assert left == 0
