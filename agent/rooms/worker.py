@@ -50,6 +50,7 @@ from .failover import (
     watch_drain,
 )
 from .ffi_routing import stop_capturing_native_logs
+from .forkserver import MODULE as FORKSERVER_PRELOAD
 from .room_loop import shared_room_loop
 from .transport import RoomTransport, announce
 
@@ -135,6 +136,7 @@ def build_server(settings: Settings) -> AgentServer:
         api_secret=settings.livekit_api_secret,
         job_executor_type=JobExecutorType(settings.job_executor),
         port=settings.http_port,
+        preload_modules=[FORKSERVER_PRELOAD],
         prometheus_port=settings.metrics_port,
         prometheus_multiproc_dir=(
             os.environ.get("PROMETHEUS_MULTIPROC_DIR") if settings.metrics_port else None

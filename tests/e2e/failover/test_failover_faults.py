@@ -199,8 +199,11 @@ async def test_release_removes_only_its_own_agent_s_entry(
     async with lease_keeper(url, interval_s=0.1, timeout_s=0.5) as keeper:
         old = await keeper.hold("room-r", "agent-old")
         assert old is not None
-        await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")  # it looks dead
-        new = await keeper.hold("room-r", "agent-new")
+        # It looks dead; no renewal (every 0.1 s) may land between the two statements
+        # (a fresh-clone run's did: the claim found the old agent alive and was refused).
+        async with keeper._beat_lock:
+            await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")
+            new = await keeper.hold("room-r", "agent-new")
         assert new is not None and new.fence.epoch == (old.fence.epoch or 0) + 1
         await asyncio.wait_for(old.lost.wait(), 5)  # its next renewal finds it taken
         assert not new.lost.is_set()
