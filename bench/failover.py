@@ -105,7 +105,7 @@ async def bench(rooms: int, stall_s: float | None = None) -> None:
         question = load_manifest()[STREAM].user
         async with contextlib.AsyncExitStack() as stack:
             llm = await stack.enter_async_context(llm_process(0.1))  # a turn: about 35 s
-            await stack.enter_async_context(running_watcher(livekit, url, port=port))
+            watcher = await stack.enter_async_context(running_watcher(livekit, url, port=port))
             first = await stack.enter_async_context(running_worker(livekit, llm, env=env))
             cut: list[tuple[str, FollowingClient]] = []
             for i in range(rooms):
@@ -114,10 +114,16 @@ async def bench(rooms: int, stall_s: float | None = None) -> None:
                     following_client(livekit, room, f"user{i}")
                 )
                 cut.append((room, client))
-            for _, client in cut:
-                await client.wait_for_agent(60)
-                await client.handshake()
-                await client.ask(question)
+            try:
+                for _, client in cut:
+                    await client.wait_for_agent(60)
+                    await client.handshake()
+                    await client.ask(question)
+            except TimeoutError as exc:  # the logs say which side never acted
+                raise RuntimeError(
+                    f"no agent came\n--- watcher ---\n{watcher.log()}\n"
+                    f"--- worker ---\n{first.notable()}\n{first.log()}"
+                ) from exc
             for _, client in cut:
                 await client.wait_for(ReasoningStep, within=60)
             await stack.enter_async_context(running_worker(livekit, llm, env=env))

@@ -332,8 +332,12 @@ async def amain(args: argparse.Namespace) -> None:
     print(f"Python {sys.version.split()[0]} ({impl}) on {machine}, {os.cpu_count()} CPUs")
     libs = ", ".join(f"{p} {version(p)}" for p in ("sqlalchemy", "asyncpg", "livekit", "msgspec"))
     print(f"{libs}; seed {SEED}")
-    spill = Path(tempfile.mkdtemp(prefix="alicia-bench-spill-"))
-    with PostgresServer() as pg, LiveKitServer() as lk:
+    with (
+        tempfile.TemporaryDirectory(prefix="alicia-bench-spill-") as spill_dir,
+        PostgresServer() as pg,
+        LiveKitServer() as lk,
+    ):
+        spill = Path(spill_dir)
         url = pg.url()
         await migrate(url)
         print(f"\nThroughput: {args.n} steps (naive: {args.naive_n}), best of {args.repeat}")

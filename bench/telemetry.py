@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Any
 
 # The worker's metrics path: prometheus_client in multiprocess mode, set before it loads.
-os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="alicia-bench-"))
+if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+    _FILES = tempfile.TemporaryDirectory(prefix="alicia-bench-")  # removed at exit
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _FILES.name
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opentelemetry.sdk.metrics import MeterProvider

@@ -65,7 +65,7 @@ from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
 from alicia.agent.rooms.transport import RoomTransport, announce
 from alicia.agent.session.progress import ProgressSpeaker, Remark
 from alicia.agent.session.speeches import running_speech, speech_failed, spoken_text
-from alicia.agent.session.spoken import announce_remark, listening_level
+from alicia.agent.session.spoken import KnownListeners, announce_remark, listening_level
 from alicia.agent.settings import Settings
 from alicia.agent.wiring import open_telemetry
 from alicia.protocol import ids as id_prefix
@@ -142,6 +142,7 @@ class ReasoningBridge:
         """One per held speech: waits until it is scheduled or done."""
         self._unobserve: Callable[[], None] | None = None
         self._progress: ProgressSpeaker | None = None
+        self._known: KnownListeners | None = None
         self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------
@@ -181,6 +182,8 @@ class ReasoningBridge:
                 on_remark=lambda remark: self._later(lambda: self._remark(remark)),
             )
             self._progress.start()
+            if self._settings.spoken_progress == "summary":
+                self._known = KnownListeners(self._room).start()
         self._tasks = [
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
             asyncio.create_task(self._pump(), name="alicia-bridge-pump"),
@@ -199,6 +202,8 @@ class ReasoningBridge:
         s.off("close", self._on_close)
         if self._unobserve is not None:
             self._unobserve()
+        if self._known is not None:
+            self._known.close()
         if self._progress is not None:
             await self._progress.aclose()
         tasks = [*self._tasks, *self._held_tasks]
@@ -362,11 +367,6 @@ class ReasoningBridge:
     def _speech(self) -> SpeechHandle | None:
         """The speech whose LLM round is running in this task."""
         return running_speech(self._agent_session)
-
-    def _current_turn(self) -> _Turn | None:
-        """The turn of the speech whose LLM round is running in this task."""
-        handle = self._speech()
-        return self._turns.get(handle.id) if handle is not None else None
 
     # -- the pump -------------------------------------------------------------------
 

@@ -405,7 +405,8 @@ class ProgressSpeaker:
                 if made == "summary" and self._level() != "summary":
                     continue  # someone granted less joined meanwhile: a cue instead
                 started = time.monotonic()
-                texts.put_nowait(text)
+                if made == "cue":  # lk.transcription reaches all in the room, granted or not
+                    texts.put_nowait(text)
                 self._on_remark(Remark(a.handle, text, made))
                 stopped = False
                 played = 0.0

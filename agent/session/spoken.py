@@ -2,6 +2,7 @@
 
 * :func:`listening_level`: the most every listener in the room may hear (cues or
   summaries), from their grants;
+* :class:`KnownListeners`: only participants the agent knows may subscribe to its audio;
 * :func:`announce_remark`: a remark being spoken, as a Commentary (type 15) to the
   protocol clients entitled to its level, stored as spoken (under zero data retention
   only sealed).
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import msgspec
@@ -23,7 +25,7 @@ from alicia.agent.rooms.transport import peer_of
 from alicia.protocol import Commentary, new_id
 from alicia.protocol import ids as id_prefix
 
-__all__ = ["announce_remark", "listening_level"]
+__all__ = ["KnownListeners", "announce_remark", "listening_level"]
 
 
 def listening_level(room: rtc.Room, default: Visibility) -> SpokenLevel:
@@ -35,6 +37,77 @@ def listening_level(room: rtc.Room, default: Visibility) -> SpokenLevel:
         for p in room.remote_participants.values()
         if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
     )
+
+
+LET_IN_AFTER_S = 0.5
+"""Seconds between a participant's announcement and its leave to subscribe: a summary
+remark stops at its next frame once the newcomer counts, and what was already handed to
+the audio output (0.1 s ahead, livekit's 200 ms source queue) plays out before it."""
+
+
+class KnownListeners:
+    """While remarks may be drawn from the reasoning, only participants the agent knows may
+    subscribe to its tracks (the server enforces it).
+
+    livekit-server announces a participant that publishes nothing in its next batch of
+    joins, up to 3 s after it joined; such a participant may subscribe to the agent's
+    audio at once. Until it is announced, :func:`listening_level` cannot count its grant,
+    and a summary remark would play to it. So the agent's tracks are closed to everyone
+    but the participants in its roster, and a newcomer is let in :data:`LET_IN_AFTER_S`
+    after it is announced (a summary remark it may not hear has stopped by then). It
+    hears the agent at most 3.5 s after it joined."""
+
+    def __init__(self, room: rtc.Room) -> None:
+        """For the agent in ``room`` (connected)."""
+        self._room = room
+        self._in: set[str] = set()
+        """The identities that may subscribe."""
+        self._waiting: dict[str, asyncio.TimerHandle] = {}
+        """Announced participants not let in yet."""
+
+    def start(self) -> KnownListeners:
+        """Close the tracks to all but the known participants, and follow joins and leaves."""
+        self._room.on("participant_connected", self._joined)
+        self._room.on("participant_disconnected", self._left)
+        self._in = set(self._room.remote_participants)
+        self._update()
+        return self
+
+    def close(self) -> None:
+        """Stop following the roster (the permissions stay as they are)."""
+        self._room.off("participant_connected", self._joined)
+        self._room.off("participant_disconnected", self._left)
+        for handle in self._waiting.values():
+            handle.cancel()
+        self._waiting.clear()
+
+    def _joined(self, p: rtc.RemoteParticipant) -> None:
+        if p.identity not in self._waiting:
+            loop = asyncio.get_running_loop()
+            self._waiting[p.identity] = loop.call_later(LET_IN_AFTER_S, self._let_in, p.identity)
+
+    def _let_in(self, identity: str) -> None:
+        self._waiting.pop(identity, None)
+        if identity in self._room.remote_participants:
+            self._in.add(identity)
+            self._update()
+
+    def _left(self, p: rtc.RemoteParticipant) -> None:
+        handle = self._waiting.pop(p.identity, None)
+        if handle is not None:
+            handle.cancel()
+        if p.identity in self._in:
+            self._in.discard(p.identity)
+            self._update()
+
+    def _update(self) -> None:
+        allowed = [
+            rtc.ParticipantTrackPermission(participant_identity=identity, allow_all=True)
+            for identity in sorted(self._in)
+        ]
+        self._room.local_participant.set_track_subscription_permissions(
+            allow_all_participants=False, participant_permissions=allowed
+        )
 
 
 async def announce_remark(

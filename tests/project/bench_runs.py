@@ -21,7 +21,7 @@ def last_line(script: str, args: list[str], cwd: Path, timeout: float) -> str:
         timeout=timeout,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-12000:]
     return done.stdout.strip().splitlines()[-1]
 
 

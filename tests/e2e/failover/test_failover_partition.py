@@ -21,8 +21,15 @@ from pathlib import Path
 import pytest
 
 from alicia.harness import LiveKitServer, PostgresServer
-from alicia.harness.recorded_llm import RecordedLLM
-from tests.e2e.failover.helpers import agents_in, rooms_mid_turn, running_watcher, worker_env
+from alicia.harness.recorded_llm import Play, RecordedLLM
+from alicia.protocol import ReasoningStep, new_id
+from tests.e2e.failover.helpers import (
+    agents_in,
+    following_client,
+    rooms_mid_turn,
+    running_watcher,
+    worker_env,
+)
 from tests.e2e.worker import running_worker
 from tests.support.db import fetch, new_database
 from tests.support.tcp_proxy import tcp_proxy
@@ -95,3 +102,46 @@ async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_m
         await asyncio.sleep(2.0)
         for room, client, _ in rooms:
             assert await agents_in(livekit, room) == {client.agent}, room
+
+
+async def test_a_worker_that_cannot_reach_the_database_never_serves_a_room_beside_a_leased_one(
+    livekit: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    watch_port: int,
+    tmp_path: Path,
+) -> None:
+    """The same door from the start: a worker cut off before a room's first dispatch could
+    serve it only without a lease, which nothing could fence. The watcher, which reaches
+    the database, asks every dispatch it decided there to hold the lease: the cut-off
+    worker refuses them, and the room gets its agent from a worker that holds the lease."""
+    url = await new_database("postgres", postgres_server, tmp_path, "unclaimed")
+    room = new_id("conv")
+    async with tcp_proxy(postgres_server.port) as proxy, contextlib.AsyncExitStack() as stack:
+        behind = url.replace(f":{postgres_server.port}/", f":{proxy.port}/")
+        await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        first = await stack.enter_async_context(
+            running_worker(livekit, llm.base_url, env=worker_env(behind))
+        )
+        proxy.cut()  # before any room: the worker could claim no lease
+        client = await stack.enter_async_context(following_client(livekit, room, "user0"))
+        async with asyncio.timeout(30):  # the watcher's dispatch reaches the only worker
+            while "job refused" not in first.log(tail=10**8):
+                await asyncio.sleep(0.2)
+        assert await agents_in(livekit, room) == set()
+        second = await stack.enter_async_context(
+            running_worker(livekit, llm.base_url, env=worker_env(url))
+        )
+        try:
+            await client.wait_for_agent(40)  # the watcher dispatches again
+        except TimeoutError as exc:
+            raise AssertionError(f"{first.log()}\n---\n{second.log()}") from exc
+        await client.handshake()
+        llm.script(Play(STREAM))
+        await client.ask(llm.spec(STREAM).user)
+        await client.wait_for(ReasoningStep, within=30)
+        [lease] = await fetch(url, "SELECT agent_identity, epoch FROM alicia_agents")
+        assert lease["agent_identity"] == client.agent and lease["epoch"] >= 1
+        assert await agents_in(livekit, room) == {client.agent}
+        assert {who for who, _, _ in client.heard} == {client.agent}
+        assert '"room joined"' not in first.log(tail=10**8)

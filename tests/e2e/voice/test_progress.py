@@ -318,6 +318,77 @@ async def test_a_summary_remark_stops_when_a_listener_s_grant_is_lowered_while_i
     assert_no_canary(listener, texts)
 
 
+async def test_a_listener_who_joins_during_a_summary_remark_hears_none_of_it_unannounced(
+    livekit_server: LiveKitServer, llm: RecordedLLM, summary_worker: WorkerProcess
+) -> None:
+    # bob publishes nothing: livekit-server announces him to the agent in its next batch
+    # of joins, up to 3 s later, yet he may subscribe to the agent's audio at once.
+    spec = llm.spec(SHAPE)
+    room = f"progress-unannounced-{new_id('r')}"
+    alice = granted(livekit_server, room, "alice", "summary")
+    bob = granted(livekit_server, room, "bob", "none")
+    async with (
+        joined(livekit_server, room, "alice", alice) as r,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        listener = Listener(r, room)
+        alice_reads = Transcripts(r)
+        await listener.ask(spec.user)
+        try:
+            async with asyncio.timeout(40):
+                while not [c for c in listener.remarks() if c.content not in CUES]:
+                    await asyncio.sleep(0.02)
+                shown = time.monotonic()  # the summary remark's Commentary: it starts playing
+                while not listener.recorder.loud(after=shown):
+                    await asyncio.sleep(0.02)
+        except TimeoutError as exc:
+            remarks = [c.content for c in listener.remarks()]
+            raise AssertionError(f"{remarks}\n{summary_worker.log(20000)}") from exc
+        bob_joins = time.monotonic()
+        other = await stack.enter_async_context(joined(livekit_server, room, "bob", bob))
+        bob_hears, bob_reads = AudioRecorder(other), Transcripts(other)
+        await listener.hear_answer()
+        await listener.recorder.aclose()
+        await bob_hears.aclose()
+    runs = sound_runs(listener.recorder.loud(after=shown))
+    playing = runs[0]  # the summary remark, playing when bob joined
+    assert playing[0] < bob_joins < playing[1], (shown, bob_joins, runs)
+    heard = sound_runs(bob_hears.loud())
+    assert heard, "bob, let in once announced, hears the agent"  # the answer at least
+    assert heard[0][0] > playing[1], (bob_joins, playing, heard)  # none of the remark
+    texts = [c.content for c in listener.remarks()]
+    assert_no_canary(listener, texts)
+    # LiveKit's transcription goes to everyone in the room, announced or not, granted or
+    # not: it carries the cues, never a summary remark.
+    summaries = [words(t) for t in texts if t not in CUES]
+    assert summaries, texts
+    transcripts = [words(t) for t in alice_reads.texts + bob_reads.texts]
+    assert any(words(CUES[0]) in words(t) for t in alice_reads.texts), alice_reads.texts
+    assert not [s for s in summaries for t in transcripts if s in t], (summaries, transcripts)
+
+
+class Transcripts:
+    """Every ``lk.transcription`` text stream a participant receives, read whole."""
+
+    def __init__(self, room: rtc.Room) -> None:
+        self.texts: list[str] = []
+        self._reading: set[asyncio.Task[None]] = set()
+        room.register_text_stream_handler("lk.transcription", self._on_stream)
+
+    def _on_stream(self, reader: rtc.TextStreamReader, identity: str) -> None:
+        async def read() -> None:
+            self.texts.append(await reader.read_all())
+
+        task = asyncio.get_running_loop().create_task(read())
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
+
+
+def words(text: str) -> str:
+    """``text``'s words, lower case, without punctuation, one space apart."""
+    return " ".join("".join(c for c in w if c.isalnum()) for w in text.lower().split())
+
+
 async def test_a_model_that_answers_within_the_delay_gets_no_remark(
     livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
 ) -> None:
