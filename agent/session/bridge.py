@@ -267,6 +267,11 @@ class ReasoningBridge:
 
     # -- what the session does ------------------------------------------------------
 
+    def _on_turn(self, handle: SpeechHandle, action: Callable[[_Turn], Any]) -> None:
+        """Run ``action`` on ``handle``'s turn on the pump, after the speech's opening queued
+        before it (what the LLM reports while the pump is busy must not find no turn)."""
+        self._later(lambda: action(t) if (t := self._turns.get(handle.id)) is not None else None)
+
     def _later(self, action: Callable[[], Any]) -> None:
         """Run ``action`` (sync, or returning an awaitable) in order on the pump."""
         if len(self._pending) >= _MAX_PENDING:
@@ -310,8 +315,7 @@ class ReasoningBridge:
             parent = self._trace_parents[handle.id] = otel_context.get_current()
             if turn is not None and turn.projection is not None:
                 turn.projection.trace.within(parent)
-        if turn is not None:
-            self._later(lambda: self._piece(turn, _new_round))
+        self._on_turn(handle, lambda t: self._piece(t, _new_round))
 
     def reasoning(self, round_id: str, text: str, *, summary: bool) -> None:
         """Reasoning text of the current speech's round, as it streams."""
@@ -320,9 +324,9 @@ class ReasoningBridge:
             return
         if self._progress is not None and not summary:
             self._progress.reasoning(handle, text)
-        turn = self._turns.get(handle.id)
-        if turn is not None:
-            self._later(lambda: self._piece(turn, lambda a: a.reasoning(text, summary=summary)))
+        self._on_turn(
+            handle, lambda t: self._piece(t, lambda a: a.reasoning(text, summary=summary))
+        )
 
     def answer(self, round_id: str, text: str) -> None:
         """Answer text of the current speech's round, as it streams."""
@@ -331,9 +335,7 @@ class ReasoningBridge:
             return
         if self._progress is not None:
             self._progress.answer(handle, text)
-        turn = self._turns.get(handle.id)
-        if turn is not None:
-            self._later(lambda: self._piece(turn, lambda a: a.answer_text(text)))
+        self._on_turn(handle, lambda t: self._piece(t, lambda a: a.answer_text(text)))
 
     def round_ended(
         self,
@@ -349,11 +351,8 @@ class ReasoningBridge:
             return
         if self._progress is not None:
             self._progress.answered(handle)  # its remarks end now
-        turn = self._turns.get(handle.id)
-        if turn is None:
-            return
         calls = list(tool_calls)
-        self._later(lambda: self._round_end(turn, calls, usage, error))
+        self._on_turn(handle, lambda t: self._round_end(t, calls, usage, error))
 
     async def _remark(self, remark: Remark) -> None:
         """Announce a remark being spoken to the protocol clients."""

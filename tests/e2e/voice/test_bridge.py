@@ -140,6 +140,33 @@ async def test_a_user_message_through_the_agent_session_gives_steps_and_the_answ
     assert llm.requests[-1]["messages"][-1] == {"role": "user", "content": spec.user}
 
 
+async def test_what_the_llm_reports_while_the_bridge_is_busy_is_applied_not_dropped(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    # The bridge applies what it observes in order on one task; that task may be busy
+    # (storing a transcript on a loaded database) when a speech starts and its model
+    # streams. Its reasoning must wait for the speech's turn to open there, not find no
+    # turn and be dropped (a fresh-clone run's preemptive turn lost every step that way).
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    room = f"bridge-busy-{new_id('r')}"
+    async with (
+        session_agent(livekit_server, llm, room) as (_, bridge),
+        protocol_client(livekit_server, room) as client,
+    ):
+        await client.handshake()
+        bridge._later(lambda: asyncio.sleep(2.0))  # the busy task: the turn opens after it
+        user_id = await ask(client, spec.user)
+    assert llm.served.count(SHAPE) == 1  # streamed whole while the task was busy
+    steps = client.of(ReasoningStep)
+    assert [s.content for s in steps] == list(spec.steps)
+    assert {s.previous_id for s in steps} == {user_id}
+    assert len(client.of(StartAnswer)) == 1
+    assert " ".join(s.text for s in client.of(AssistantSentence) if s.text).split() == (
+        spec.answer.split()
+    )
+
+
 async def test_the_same_turn_through_both_sources_gives_the_same_traffic(
     livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> None:
