@@ -1,6 +1,6 @@
 """What tracing and metrics add to a turn: per token and per step, on against off, one run.
 
-Run: ``.venv/bin/python bench/telemetry.py`` (about a minute). Everything in this
+Run: ``.venv/bin/python bench/telemetry.py`` (about 40 s). Everything in this
 process, on 127.0.0.1:
 
 * **per token**: whole turns of the recorded ``vllm_reasoning`` stream (one SSE chunk per
@@ -8,10 +8,14 @@ process, on 127.0.0.1:
   (``Conversation`` with an in-memory transport, as ``tests/engine`` runs it), alternately
   with telemetry off (:data:`~alicia.agent.engine.telemetry.NO_TELEMETRY`) and on
   (:class:`~alicia.agent.telemetry.OtelTelemetry` on the SDK's ``TracerProvider`` with a
-  ``BatchSpanProcessor`` and an exporter that drops what it gets, and the meter with the
-  periodic reader writing Prometheus' multiprocess files as the worker does). The
-  figure is the process's CPU time (every thread: the span processor's and the reader's
-  too) per streamed chunk; ``token_overhead_pct`` = (on - off) / off, the best trial
+  ``BatchSpanProcessor`` and an exporter that drops what it gets, and the meter with a
+  reader writing Prometheus' multiprocess files as the worker does, exemplars off as
+  there). A trial is ``--rooms`` rooms of ``--turns`` turns each (about a second); the
+  "on" trial ends by exporting what it made (its spans, the metrics once, as the worker
+  does each second), counted in it: background exports would otherwise land in whichever
+  trial runs. Each room starts from a collected heap and a reset recorder (their growth
+  made the figure drift by 30 % over a run). The figure is the process's CPU time (every
+  thread) per streamed chunk; ``token_overhead_pct`` = (on - off) / off, the best trial
   of each (the least disturbed by the rest of the machine). The recorded server runs in
   this process, so its CPU is in both. Telemetry costs per turn and per step, not per
   token: the percentage falls as turns grow (this stream has 159 chunks).
@@ -19,8 +23,9 @@ process, on 127.0.0.1:
   metrics) against the same calls on ``NO_TELEMETRY``, best of several ``timeit``
   repeats; ``step_overhead_us`` = the difference per step.
 
-Caveat: a shared 2-core machine; the per-token percentage moves by a point or two between
-runs. Targets (issue 35): ``token_overhead_pct <= 2``, ``step_overhead_us <= 50``.
+Caveat: a shared 2-core machine; pairs of trials differ by 0 to 2 µs per chunk, so the
+per-token percentage moves by a point or two between runs. Targets (issue 35):
+``token_overhead_pct <= 2``, ``step_overhead_us <= 50``.
 
 Last line: ``RESULT token_overhead_pct=<x> step_overhead_us=<x>``.
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import platform
 import sys
@@ -57,6 +63,7 @@ from opentelemetry.sdk.trace.export import (
 from alicia.agent.engine.telemetry import NO_TELEMETRY, TurnTelemetry
 from alicia.agent.telemetry import OtelTelemetry
 from alicia.agent.telemetry.prometheus import PrometheusFiles
+from alicia.agent.telemetry.setup import exemplars
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, Envelope
 from bench._exit import run_and_exit
@@ -73,24 +80,45 @@ class Dropped(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+class Traced:
+    """Traces and metrics as the worker sets them up, minus the network; their background
+    work (the span processor's export, the metrics written for Prometheus) runs only when
+    :meth:`flush` is called, so that it is counted in the trial it belongs to (a background
+    export landing in an "off" trial made the figure swing by ten points)."""
+
+    def __init__(self) -> None:
+        """The providers and the telemetry on them."""
+        self.tracing = TracerProvider()
+        self.tracing.add_span_processor(BatchSpanProcessor(Dropped(), schedule_delay_millis=3.6e6))
+        self.reader = PeriodicExportingMetricReader(PrometheusFiles(), export_interval_millis=3.6e6)
+        self.telemetry = OtelTelemetry(
+            provider_name="vllm",
+            tracer_provider=self.tracing,
+            meter_provider=MeterProvider([self.reader], exemplar_filter=exemplars()),
+        )
+
+    def flush(self) -> None:
+        """Export what the turns made: the spans, and the metrics once (the worker writes
+        them once a second; a trial is about that long)."""
+        self.tracing.force_flush()
+        self.reader.force_flush()
+
+
 def telemetry_on() -> OtelTelemetry:
     """Traces and metrics as the worker sets them up, minus the network."""
-    tracing = TracerProvider()
-    tracing.add_span_processor(BatchSpanProcessor(Dropped()))
-    reader = PeriodicExportingMetricReader(PrometheusFiles(), export_interval_millis=1000)
-    return OtelTelemetry(
-        provider_name="vllm", tracer_provider=tracing, meter_provider=MeterProvider([reader])
-    )
+    return Traced().telemetry
 
 
 async def turns(llm: RecordedLLM, telemetry: TurnTelemetry, count: int) -> tuple[float, int]:
     """CPU seconds of ``count`` turns of :data:`STREAM` and the chunks they streamed."""
     spec = llm.spec(STREAM)
     per_turn = (llm.streams_dir / spec.file).read_bytes().count(b"data: ")
+    llm.reset()  # its record of every request would grow the heap, trial after trial
     async with room(llm) as r:
         r.conversation.session.telemetry = telemetry
         alice = r.client("alice")
         await handshake(alice)
+        gc.collect()  # each room starts from the same heap (the drift was 30 % over a run)
         started = time.process_time()
         for n in range(1, count + 1):
             llm.script(STREAM)
@@ -125,18 +153,26 @@ async def amain(args: argparse.Namespace) -> None:
     """Alternate off and on trials, then the per-step figure; print the RESULT line."""
     print(
         f"python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
-        f"{args.trials} trials of {args.turns} turns of {STREAM} each way",
+        f"{args.trials} trials of {args.rooms} x {args.turns} turns of {STREAM} each way",
         file=sys.stderr,
     )
-    on = telemetry_on()
+    on = Traced()
     off_us: list[float] = []
     on_us: list[float] = []
     async with RecordedLLM() as llm:
         await turns(llm, NO_TELEMETRY, 2)  # warm-up
-        await turns(llm, on, 2)
+        await turns(llm, on.telemetry, 2)
+        on.flush()
         for trial in range(args.trials):
-            for telemetry, out in ((NO_TELEMETRY, off_us), (on, on_us)):
-                seconds, chunks = await turns(llm, telemetry, args.turns)
+            for telemetry, out in ((NO_TELEMETRY, off_us), (on.telemetry, on_us)):
+                seconds = chunks = 0.0
+                for _ in range(args.rooms):
+                    s, c = await turns(llm, telemetry, args.turns)
+                    seconds, chunks = seconds + s, chunks + c
+                if telemetry is on.telemetry:  # its exports, counted in its trial
+                    started = time.process_time()
+                    on.flush()
+                    seconds += time.process_time() - started
                 out.append(seconds / chunks * 1e6)
             print(
                 f"trial {trial + 1}: off {off_us[-1]:.2f} us/chunk, on {on_us[-1]:.2f} us/chunk",
@@ -157,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the arguments and run."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=9, help="off/on trial pairs")
-    parser.add_argument("--turns", type=int, default=40, help="turns per trial")
+    parser.add_argument("--turns", type=int, default=40, help="turns per room")
+    parser.add_argument("--rooms", type=int, default=5, help="rooms per trial, one after the other")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     asyncio.run(amain(args))
 

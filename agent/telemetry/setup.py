@@ -20,7 +20,13 @@ from collections.abc import Mapping
 from typing import Literal
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import (
+    AlwaysOffExemplarFilter,
+    AlwaysOnExemplarFilter,
+    ExemplarFilter,
+    MeterProvider,
+    TraceBasedExemplarFilter,
+)
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -86,9 +92,23 @@ def meter_provider() -> MeterProvider:
             reader = PeriodicExportingMetricReader(
                 PrometheusFiles(), export_interval_millis=METRICS_INTERVAL_MS
             )
-            _METERS = MeterProvider(metric_readers=[reader], resource=Resource.create())
+            _METERS = MeterProvider(
+                metric_readers=[reader], resource=Resource.create(), exemplar_filter=exemplars()
+            )
             metrics.set_meter_provider(_METERS)
         return _METERS
+
+
+def exemplars(env: Mapping[str, str] = os.environ) -> ExemplarFilter:
+    """Which measurements become exemplars: none unless ``OTEL_METRICS_EXEMPLAR_FILTER``
+    says (Prometheus' text files carry none; the SDK's default samples inside every
+    traced span, a cost per measurement)."""
+    chosen = env.get("OTEL_METRICS_EXEMPLAR_FILTER", "always_off").strip().lower()
+    filters: dict[str, type[ExemplarFilter]] = {
+        "always_on": AlwaysOnExemplarFilter,
+        "trace_based": TraceBasedExemplarFilter,
+    }
+    return filters.get(chosen, AlwaysOffExemplarFilter)()
 
 
 def serve_metrics(port: int, host: str = "127.0.0.1") -> None:

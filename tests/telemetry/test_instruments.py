@@ -7,11 +7,17 @@ import gc
 
 import pytest
 from opentelemetry.metrics import CallbackOptions
+from opentelemetry.sdk.metrics import (
+    AlwaysOffExemplarFilter,
+    AlwaysOnExemplarFilter,
+    TraceBasedExemplarFilter,
+)
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from alicia.agent.telemetry import instruments
+from alicia.agent.telemetry.setup import exemplars
 
 
 class _Queue:
@@ -59,3 +65,14 @@ def test_a_lease_span_names_the_room_and_carries_its_attributes(
         dict(s.attributes or {}) == {"gen_ai.conversation.id": "conv_1", "alicia.lease.epoch": 2}
         for s in spans
     )
+
+
+def test_exemplars_are_off_unless_the_environment_asks() -> None:
+    assert isinstance(exemplars({}), AlwaysOffExemplarFilter)
+    assert isinstance(
+        exemplars({"OTEL_METRICS_EXEMPLAR_FILTER": "trace_based"}), TraceBasedExemplarFilter
+    )
+    assert isinstance(
+        exemplars({"OTEL_METRICS_EXEMPLAR_FILTER": "always_on"}), AlwaysOnExemplarFilter
+    )
+    assert isinstance(exemplars({"OTEL_METRICS_EXEMPLAR_FILTER": "bogus"}), AlwaysOffExemplarFilter)
