@@ -261,6 +261,22 @@ async def test_a_listener_granted_none_who_joins_leaves_only_cues(
         assert not spotted(bob_hears.pcm(), ROOM_RATE, canary)
 
 
+async def summary_remark_sounding(listener: Listener, worker: WorkerProcess) -> float:
+    """Wait (40 s at most) until a summary remark's Commentary arrived and its sound is
+    heard; when the Commentary arrived (``time.monotonic()``: it starts playing)."""
+    try:
+        async with asyncio.timeout(40):
+            while not [c for c in listener.remarks() if c.content not in CUES]:
+                await asyncio.sleep(0.02)
+            shown = time.monotonic()
+            while not listener.recorder.loud(after=shown):
+                await asyncio.sleep(0.02)
+    except TimeoutError as exc:
+        remarks = [c.content for c in listener.remarks()]
+        raise AssertionError(f"{remarks}\n{worker.log(20000)}") from exc
+    return shown
+
+
 STOPPED_WITHIN_S = 1.0
 """Seconds from a listener's grant being lowered to the end of a summary remark's sound:
 the agent hears of it (livekit-server sends an attribute change at once), stops at the
@@ -288,16 +304,7 @@ async def test_a_summary_remark_stops_when_a_listener_s_grant_is_lowered_while_i
         await listener.ask(spec.user)  # the agent listens to alice (the first to join)
         other = await stack.enter_async_context(joined(livekit_server, room, "bob", bob))
         bob_hears = AudioRecorder(other)
-        try:
-            async with asyncio.timeout(40):
-                while not [c for c in listener.remarks() if c.content not in CUES]:
-                    await asyncio.sleep(0.02)
-                shown = time.monotonic()  # the summary remark's Commentary: it starts playing
-                while not listener.recorder.loud(after=shown):
-                    await asyncio.sleep(0.02)
-        except TimeoutError as exc:
-            remarks = [c.content for c in listener.remarks()]
-            raise AssertionError(f"{remarks}\n{summary_worker.log(20000)}") from exc
+        shown = await summary_remark_sounding(listener, summary_worker)
         await lk.room.update_participant(
             api.UpdateParticipantRequest(
                 room=room, identity="bob", attributes={"alicia.reasoning": "none"}
@@ -334,16 +341,7 @@ async def test_a_listener_who_joins_during_a_summary_remark_hears_none_of_it_una
         listener = Listener(r, room)
         alice_reads = Transcripts(r)
         await listener.ask(spec.user)
-        try:
-            async with asyncio.timeout(40):
-                while not [c for c in listener.remarks() if c.content not in CUES]:
-                    await asyncio.sleep(0.02)
-                shown = time.monotonic()  # the summary remark's Commentary: it starts playing
-                while not listener.recorder.loud(after=shown):
-                    await asyncio.sleep(0.02)
-        except TimeoutError as exc:
-            remarks = [c.content for c in listener.remarks()]
-            raise AssertionError(f"{remarks}\n{summary_worker.log(20000)}") from exc
+        shown = await summary_remark_sounding(listener, summary_worker)
         bob_joins = time.monotonic()
         other = await stack.enter_async_context(joined(livekit_server, room, "bob", bob))
         bob_hears, bob_reads = AudioRecorder(other), Transcripts(other)
