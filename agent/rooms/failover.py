@@ -71,6 +71,8 @@ before it is refused (well within livekit-server's 10 s job assignment timeout).
 ACCEPT_WINDOW_S: Final = 5.0
 """A job taken for a room has this long for its agent to claim it; meanwhile further
 dispatches to the room are refused (the watcher sends two at once on a takeover)."""
+NO_EPOCH: Final = 0
+"""The fence of a hold that lost its room before it ever claimed it: epochs start at 1."""
 
 
 class Hold:
@@ -117,7 +119,11 @@ class Hold:
         return not (self.lost.is_set() or self.suspect or self.unconfirmed())
 
     def lose(self) -> None:
-        """Storage refused this agent's writes: the room is another agent's now."""
+        """Storage refused this agent's writes, or its late claim: the room is another
+        agent's now. A hold never claimed gets an epoch no lease has, so that its
+        writer's last flush is refused too instead of passing unfenced."""
+        if self.fence.epoch is None:
+            self.fence.epoch = NO_EPOCH
         if not self.lost.is_set():
             logger.warning("room lease lost: leaving", extra={"room": self.room})
             with lease_span("alicia.lease.lost", self.room, **_epoch(self.fence.epoch)):

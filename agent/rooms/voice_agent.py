@@ -95,9 +95,11 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     tools = session_tools(default_tools()) if settings.tools_enabled else []
     agent = Agent(instructions=settings.system_prompt, tools=tools)
     # No open session host, not even for a moment: the gated one from the start. Typed
-    # input (lk.chat) is read by the bridge's transport, bounded, not by RoomIO's.
+    # input (lk.chat) is read by the bridge's transport, bounded, never by RoomIO's
+    # (unbounded, and each message interrupts every queued answer); with LiveKit's
+    # conventions off, not at all.
     chat = CHAT_TOPIC if settings.lk_conventions else None
-    options = room_io.RoomOptions(text_input=False) if chat else room_io.RoomOptions()
+    options = room_io.RoomOptions(text_input=False)
     await session.start(agent=agent, room=ctx.room, session_host=False, room_options=options)
     await start_gated_host(session, ctx.room)
     bridge = await attach_reasoning(session, ctx.room, settings=settings, chat_topic=chat)

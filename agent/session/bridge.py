@@ -183,7 +183,8 @@ class ReasoningBridge:
             )
             self._progress.start()
             if self._settings.spoken_progress == "summary":
-                self._known = KnownListeners(self._room).start()
+                self._known = KnownListeners(self._room, self._settings.reasoning_visibility)
+                self._known.start()
         self._tasks = [
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
             asyncio.create_task(self._pump(), name="alicia-bridge-pump"),

@@ -73,7 +73,14 @@ OPERATOR_REQUESTS: Final = frozenset(
 MAX_REQUEST_BYTES: Final = 64 * 1024
 """A request stream longer than this is not read further and gets no answer."""
 _QUEUE: Final = 32
-"""Request streams waiting to be read (more are dropped: the room floods)."""
+"""Requests read and waiting to be handled (more are dropped: the room floods)."""
+_READ_WITHIN_S: Final = 2.0
+"""A request (one small protobuf) arrives whole within this; a stream held open longer is
+dropped, so that it holds nothing up."""
+_READERS: Final = 16
+"""Request streams read at once, all senders together; more are dropped."""
+_READERS_EACH: Final = 2
+"""Request streams read at once from one sender; more of its are dropped."""
 _KNOWN_WITHIN_S: Final = 5.0
 """How long a request waits for the room to learn of its sender (its grants)."""
 _PENDING: Final = 256
@@ -89,7 +96,12 @@ class GatedRoomTransport(SessionTransport):
         its verified join token as the room knows it)."""
         self._room = room
         self._may_operate = may_operate or self._operator
-        self._incoming: asyncio.Queue[tuple[rtc.ByteStreamReader, str]] = asyncio.Queue(_QUEUE)
+        self._incoming: asyncio.Queue[tuple[agent_pb.AgentSessionMessage, str]] = asyncio.Queue(
+            _QUEUE
+        )
+        self._reading: dict[str, int] = {}
+        """Streams being read, by sender."""
+        self._readers: set[asyncio.Task[None]] = set()
         self._received: asyncio.Queue[agent_pb.AgentSessionMessage | None] = asyncio.Queue(_QUEUE)
         self._askers: OrderedDict[str, str] = OrderedDict()
         """request id -> the identity that sent it (its response goes there only)."""
@@ -118,16 +130,40 @@ class GatedRoomTransport(SessionTransport):
         self._read_task = asyncio.create_task(self._read_loop(), name="alicia-session-host")
 
     def _on_stream(self, reader: rtc.ByteStreamReader, identity: str) -> None:
+        if self._closed or (
+            self._reading.get(identity, 0) >= _READERS_EACH
+            or sum(self._reading.values()) >= _READERS
+        ):
+            logger.warning("session host request dropped: too many open", extra={"from": identity})
+            return
+        self._reading[identity] = self._reading.get(identity, 0) + 1
+        task = asyncio.create_task(self._take(reader, identity), name="alicia-session-request")
+        self._readers.add(task)
+        task.add_done_callback(self._readers.discard)
+
+    async def _take(self, reader: rtc.ByteStreamReader, identity: str) -> None:
+        """Read one request stream, within :data:`_READ_WITHIN_S`, and queue it."""
         try:
-            self._incoming.put_nowait((reader, identity))
+            async with asyncio.timeout(_READ_WITHIN_S):
+                message = await self._read(reader, identity)
+        except TimeoutError:
+            logger.info("session host request not sent whole in time", extra={"from": identity})
+            return
+        finally:
+            left = self._reading.pop(identity, 1) - 1
+            if left:
+                self._reading[identity] = left
+        if message is None:
+            return
+        try:
+            self._incoming.put_nowait((message, identity))
         except asyncio.QueueFull:
             logger.warning("session host request dropped: queue full", extra={"from": identity})
 
     async def _read_loop(self) -> None:
         while True:
-            reader, identity = await self._incoming.get()
-            message = await self._read(reader, identity)
-            if message is None or not message.HasField("request"):
+            message, identity = await self._incoming.get()
+            if not message.HasField("request"):
                 continue  # not a request: the console's audio has no place in a room
             request = message.request
             kind = request.WhichOneof("request") or ""
@@ -206,10 +242,11 @@ class GatedRoomTransport(SessionTransport):
         if self._closed:
             return
         self._closed = True
+        readers = [*self._readers, *([self._read_task] if self._read_task else [])]
+        for task in readers:
+            task.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)
         if self._read_task is not None:
-            self._read_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._read_task
             with contextlib.suppress(ValueError, AttributeError):
                 self._room.unregister_byte_stream_handler(TOPIC_SESSION_MESSAGES)
         with contextlib.suppress(asyncio.QueueFull):

@@ -57,9 +57,11 @@ class KnownListeners:
     after it is announced (a summary remark it may not hear has stopped by then). It
     hears the agent at most 3.5 s after it joined."""
 
-    def __init__(self, room: rtc.Room) -> None:
-        """For the agent in ``room`` (connected)."""
+    def __init__(self, room: rtc.Room, default: Visibility) -> None:
+        """For the agent in ``room`` (connected); ``default``: the level of a participant
+        without a grant."""
         self._room = room
+        self._default = default
         self._in: set[str] = set()
         """The identities that may subscribe."""
         self._waiting: dict[str, asyncio.TimerHandle] = {}
@@ -69,7 +71,7 @@ class KnownListeners:
         """Close the tracks to all but the known participants, and follow joins and leaves."""
         self._room.on("participant_connected", self._joined)
         self._room.on("participant_disconnected", self._left)
-        self._in = set(self._room.remote_participants)
+        self._in = {i for i, p in self._room.remote_participants.items() if self._may_hear(p)}
         self._update()
         return self
 
@@ -81,8 +83,17 @@ class KnownListeners:
             handle.cancel()
         self._waiting.clear()
 
+    def _may_hear(self, p: rtc.RemoteParticipant) -> bool:
+        """People hear the agent (a summary remark only while every one of them may);
+        another agent (not counted by :func:`listening_level`: a transcriber, a note
+        taker) only if its own grant allows summaries."""
+        if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+            return True
+        level = visibility_of(peer_of(p).grant(REASONING_GRANT), self._default)
+        return spoken_level([level]) == "summary"
+
     def _joined(self, p: rtc.RemoteParticipant) -> None:
-        if p.identity not in self._waiting:
+        if p.identity not in self._waiting and self._may_hear(p):
             loop = asyncio.get_running_loop()
             self._waiting[p.identity] = loop.call_later(LET_IN_AFTER_S, self._let_in, p.identity)
 

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from alicia.agent.engine.sink import Fenced
 from alicia.agent.rooms import failover
-from alicia.agent.storage.leases import Fence, fence_check
+from alicia.agent.storage.leases import Fence, Leases, fence_check
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ErrorMessage, ReasoningStep, decode, new_id
@@ -217,6 +217,34 @@ async def test_release_removes_only_its_own_agent_s_entry(
         lease = await keeper.leases.get("room-r")  # vacant, its epoch kept
         assert lease is not None and lease.agent_identity is None
         assert lease.epoch == new.fence.epoch
+
+
+async def test_an_agent_that_never_claimed_and_loses_its_late_claim_writes_nothing_more(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A worker that could not reach the database when its room started serves it without
+    a lease (no epoch: nothing to fence). Another agent claims the room meanwhile. When the
+    database answers again, the late claim is refused: the agent leaves, and its writer's
+    last flush must be refused too, not pass unfenced into the other agent's conversation."""
+    url = await new_database("postgres", postgres_server, tmp_path, "late_claim")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    away = url.replace(f":{postgres_server.port}/", f":{closed}/")
+    async with lease_keeper(away, interval_s=0.1, timeout_s=0.5) as keeper, open_leases(url) as b:
+        hold = await keeper.hold("room-u", "agent-a")  # the database is away from it
+        assert hold is not None and hold.fence.epoch is None
+        assert await b.claim("room-u", "agent-b", "w-b", 0.5) == 1
+        unreachable, keeper.leases = keeper.leases, Leases(url)  # it answers again
+        await unreachable.aclose()
+        await asyncio.wait_for(hold.lost.wait(), 10)  # the late claim is refused
+        engine = create_async_engine(url)
+        try:
+            async with engine.begin() as conn:
+                with pytest.raises(Fenced):
+                    await fence_check(conn, hold.fence, postgres=True)
+        finally:
+            await engine.dispose()
 
 
 async def test_an_epoch_never_repeats_so_a_stopped_agent_stays_fenced(

@@ -334,6 +334,14 @@ async def test_a_listener_who_joins_during_a_summary_remark_hears_none_of_it_una
     room = f"progress-unannounced-{new_id('r')}"
     alice = granted(livekit_server, room, "alice", "summary")
     bob = granted(livekit_server, room, "bob", "none")
+    transcriber = (
+        api.AccessToken(livekit_server.api_key, livekit_server.api_secret)
+        .with_identity("bot")
+        .with_kind("agent")
+        .with_attributes({"alicia.reasoning": "none"})
+        .with_grants(api.VideoGrants(room_join=True, room=room, agent=True))
+        .to_jwt()
+    )
     async with (
         joined(livekit_server, room, "alice", alice) as r,
         contextlib.AsyncExitStack() as stack,
@@ -341,6 +349,9 @@ async def test_a_listener_who_joins_during_a_summary_remark_hears_none_of_it_una
         listener = Listener(r, room)
         alice_reads = Transcripts(r)
         await listener.ask(spec.user)
+        # Another agent (a transcriber, a note taker), granted none: never let in to listen.
+        bot = await stack.enter_async_context(joined(livekit_server, room, "bot", transcriber))
+        bot_hears = AudioRecorder(bot)
         shown = await summary_remark_sounding(listener, summary_worker)
         bob_joins = time.monotonic()
         other = await stack.enter_async_context(joined(livekit_server, room, "bob", bob))
@@ -348,6 +359,8 @@ async def test_a_listener_who_joins_during_a_summary_remark_hears_none_of_it_una
         await listener.hear_answer()
         await listener.recorder.aclose()
         await bob_hears.aclose()
+        await bot_hears.aclose()
+    assert bot_hears.loud() == []  # not a sound, the answer's neither
     runs = sound_runs(listener.recorder.loud(after=shown))
     playing = runs[0]  # the summary remark, playing when bob joined
     assert playing[0] < bob_joins < playing[1], (shown, bob_joins, runs)

@@ -86,3 +86,36 @@ async def test_only_an_operator_may_steer_the_agent_through_the_session_host(
     eve_ids = {m.response.request_id for m in eve.messages if m.HasField("response")}
     assert len(olga_ids) == 2 and len(eve_ids) == 5 and not olga_ids & eve_ids
     assert INSTRUCTIONS not in " ".join(str(m) for m in eve.messages)
+
+
+async def test_request_streams_held_open_do_not_hold_up_the_session_host(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    # Eve opens session host streams and never closes them; the operator's requests and
+    # her own later ones are still answered.
+    llm.route_model("recorded-model", "deepseek_reasoning_content")
+    room = f"host-held-{new_id('r')}"
+    eve_token = livekit_server.token("eve", room, attributes={})
+    olga_token = livekit_server.token("olga", room, attributes={"alicia.operator": "true"})
+    async with (
+        readme_app(livekit_server, llm, room, "deepseek", "chat"),
+        joined(livekit_server, room, "eve", eve_token) as eve_room,
+        joined(livekit_server, room, "olga", olga_token) as olga_room,
+    ):
+        eve, olga = Listener(eve_room), Listener(olga_room)
+        agent = ProtocolClient(eve_room, room)
+        await agent.wait_for_agent()
+        held = [
+            await eve_room.local_participant.stream_bytes(
+                "held", topic="lk.agent.session", destination_identities=[agent.agent]
+            )
+            for _ in range(40)
+        ]
+        for writer in held:
+            await writer.write(b"\x0a")  # the start of a message that never ends
+        info = await olga.response(agent.agent, agent_info())
+        assert not info.error and info.get_agent_info.instructions == INSTRUCTIONS
+        ping = await eve.response(agent.agent, pb.SessionRequest(ping=pb.SessionRequest.Ping()))
+        assert not ping.error and ping.HasField("pong")
+        for writer in held:
+            await writer.aclose()
