@@ -113,8 +113,12 @@ async def test_request_streams_held_open_do_not_hold_up_the_session_host(
         ]
         for writer in held:
             await writer.write(b"\x0a")  # the start of a message that never ends
+        opened = asyncio.get_running_loop().time()
         info = await olga.response(agent.agent, agent_info())
         assert not info.error and info.get_agent_info.instructions == INSTRUCTIONS
+        # Eve's own next request waits until the host has dropped her held streams (2 s
+        # each; while two of hers are open, more of hers are dropped).
+        await asyncio.sleep(max(0.0, opened + 3.0 - asyncio.get_running_loop().time()))
         ping = await eve.response(agent.agent, pb.SessionRequest(ping=pb.SessionRequest.Ping()))
         assert not ping.error and ping.HasField("pong")
         for writer in held:
