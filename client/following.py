@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from livekit import rtc
@@ -112,6 +112,11 @@ class AgentFollowing:
         self._check_agent()  # a newcomer under the agent's identity replaced it
         if self.trust.offer(participant, self.room.remote_participants):
             self._adopted()
+
+    def _on_attributes(self, changed: Mapping[str, str], participant: rtc.Participant) -> None:
+        """An agent announces the protocol once joined (``alicia.protocol``): offer it."""
+        if isinstance(participant, rtc.RemoteParticipant):
+            self._on_participant(participant)
 
     def _on_participant_left(self, participant: rtc.RemoteParticipant) -> None:
         self._check_agent()

@@ -141,6 +141,7 @@ class ClientSession(AgentFollowing):
         self._init_following()
         self.room.on("data_received", self._on_data)
         self.room.on("participant_connected", self._on_participant)
+        self.room.on("participant_attributes_changed", self._on_attributes)
         self.room.on("participant_disconnected", self._on_participant_left)
 
     # --- listeners ------------------------------------------------------------------
@@ -297,6 +298,7 @@ class ClientSession(AgentFollowing):
         self._state = "closed"
         self.room.off("data_received", self._on_data)
         self.room.off("participant_connected", self._on_participant)
+        self.room.off("participant_attributes_changed", self._on_attributes)
         self.room.off("participant_disconnected", self._on_participant_left)
         if self._config_waiter is not None and not self._config_waiter.done():
             self._config_waiter.cancel()

@@ -2,7 +2,8 @@
 
 Trust goes to one *participant*, never to an identity: the room's participant of kind
 AGENT (a kind only a token minted with the API secret can carry, and that no participant
-can change), with ``agent_name`` only one whose ``lk.agent_name`` attribute (put in its
+can change) that announces the protocol (attribute ``alicia.protocol`` = ``1``: an avatar
+or another framework's agent in the room is not ours), with ``agent_name`` only one whose ``lk.agent_name`` attribute (put in its
 token by livekit-server at dispatch) names it, and with ``expected_identity`` only that
 identity. :meth:`AgentTrust.trusts` checks all of it again for every packet, plus the
 participant's ``sid``: a standard participant that joins under the agent's identity
@@ -26,6 +27,8 @@ from typing import Final
 
 from livekit import rtc
 
+from alicia.protocol import PROTOCOL_ATTRIBUTE
+
 __all__ = ["AGENT_NAME_ATTRIBUTE", "AgentTrust"]
 
 AGENT_NAME_ATTRIBUTE: Final = "lk.agent_name"
@@ -46,8 +49,11 @@ class AgentTrust:
         """The trusted agent's ``lk.agent_name`` when it was trusted ("" when none)."""
 
     def matches(self, p: rtc.RemoteParticipant) -> bool:
-        """``p`` may speak for the agent: kind AGENT, and the name / identity if set."""
+        """``p`` may speak for the agent: kind AGENT announcing the protocol, and the name /
+        identity if set."""
         if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
+            return False
+        if p.attributes.get(PROTOCOL_ATTRIBUTE) != "1":
             return False
         if self.expected_identity is not None and p.identity != self.expected_identity:
             return False

@@ -59,6 +59,7 @@ from livekit import api, rtc
 from alicia.agent.settings import Settings
 from alicia.client.trust import AGENT_NAME_ATTRIBUTE, AgentTrust
 from alicia.protocol import (
+    PROTOCOL_ATTRIBUTE,
     AssistantMessage,
     AssistantSentence,
     Envelope,
@@ -199,6 +200,8 @@ def trusts_agent(kind: int, attributes: Mapping[str, str], agent_name: str) -> b
     has no name)."""
     if kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
         return False
+    if attributes.get(PROTOCOL_ATTRIBUTE) != "1":
+        return False  # an avatar or another framework's agent: not ours
     return attributes.get(AGENT_NAME_ATTRIBUTE, "") == agent_name
 
 

@@ -136,7 +136,7 @@ class _Source:
     def drop_queued(self, user_id: str) -> bool:
         return False
 
-    def interrupt_speech(self) -> None:
+    def interrupt_speech(self, may_stop: Callable[[str | None], bool]) -> None:
         return None
 
     def forget(self, identity: str) -> None:

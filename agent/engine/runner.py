@@ -96,7 +96,7 @@ class TurnRunner:
         """Drop the waiting turn of ``user_id`` from whichever queue holds it."""
         return any(p.drop_queued(user_id) for p in self._session.participants.values())
 
-    def interrupt_speech(self) -> None:
+    def interrupt_speech(self, may_stop: Callable[[str | None], bool]) -> None:
         """Nothing is spoken here."""
 
     def forget(self, identity: str) -> None:

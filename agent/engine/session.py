@@ -539,11 +539,8 @@ class ProtocolSession:
             if owner is not None and not self.may_act_for(p, owner):
                 self.refuse("not_permitted", p.identity, action="stop")
                 raise NotPermitted(f"{body.target_id!r} is another participant's turn")
-        if kind in ("speech", "all"):
-            last = self.history[-1].requester if self.history else None
-            speaking = self.turns[-1].request.requester if self.turns else last
-            if self.may_act_for(p, speaking):
-                self.source.interrupt_speech()
+        if kind in ("speech", "all"):  # only the source knows whose turn is being said
+            self.source.interrupt_speech(lambda speaking: self.may_act_for(p, speaking))
         if kind in ("generation", "all") and turn is not None:
             turn.stop(ack=(p.identity, stanza_id))  # acknowledged once the answer is closed
             stop = ControlStop(conversation_id=self.id, target_id=turn.answer_id, stop_type=kind)

@@ -14,6 +14,7 @@ identical protocol traffic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from .participants import Participant, TurnRequest
@@ -47,8 +48,9 @@ class TurnSource(Protocol):
         """Drop the waiting turn of ``user_id``; True if there was one."""
         ...
 
-    def interrupt_speech(self) -> None:
-        """Stop speaking now (ControlStop ``speech``/``all``, already authorised)."""
+    def interrupt_speech(self, may_stop: Callable[[str | None], bool]) -> None:
+        """Stop what is being said now (ControlStop ``speech``/``all``) if ``may_stop``
+        allows it for the participant whose turn it is said for (None: nobody's)."""
         ...
 
     def forget(self, identity: str) -> None:

@@ -28,6 +28,7 @@ from alicia.agent.engine.tools import default_tools
 from alicia.agent.session.attach import attach_reasoning
 from alicia.agent.session.host import start_gated_host
 from alicia.agent.session.llm import AliciaLLM
+from alicia.agent.session.preconnect import gate_pre_connect_audio
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings
 
@@ -100,6 +101,7 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     # conventions off, not at all.
     chat = CHAT_TOPIC if settings.lk_conventions else None
     options = room_io.RoomOptions(text_input=False)
+    gate_pre_connect_audio(ctx.room)  # before RoomIO registers livekit-agents' handler
     await session.start(agent=agent, room=ctx.room, session_host=False, room_options=options)
     await start_gated_host(session, ctx.room)
     bridge = await attach_reasoning(session, ctx.room, settings=settings, chat_topic=chat)

@@ -18,6 +18,7 @@ from alicia.agent.settings import Settings
 
 from .bridge import ReasoningBridge
 from .host import gate_session_host
+from .preconnect import gate_pre_connect_audio
 
 __all__ = ["attach_reasoning", "session_settings"]
 
@@ -38,12 +39,16 @@ async def attach_reasoning(
     session host (``lk.agent.session``) then answers each request only to a participant
     entitled to it (:mod:`alicia.agent.session.host`). ``chat_topic`` (``lk.chat``, with
     the session's RoomIO text input off): typed input read by the bridge, bounded (open
-    streams per sender, a deadline, a rate) and under the UserMessage rules.
+    streams per sender, a deadline, a rate) and under the UserMessage rules. Pre-connect
+    audio (``lk.agent.pre-connect-audio-buffer``) is taken only from the participant who
+    published the track it names (:mod:`alicia.agent.session.preconnect`).
     """
     from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
-    # The gate first: until then livekit-agents' open host answers anyone in the room.
+    # The gates first: until then livekit-agents' open host answers anyone in the room,
+    # and its pre-connect audio takes anyone's audio as anyone's.
     await gate_session_host(agent_session, room)
+    gate_pre_connect_audio(room)
     if settings is None:
         settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
     sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)

@@ -19,9 +19,8 @@ the protocol clients in the room, through the same projection and under the same
   session's RoomIO text input off) a whole ``lk.chat`` message read within the transport's
   bounds -> ``generate_reply(user_input=...)``; an authorised ControlStop -> interrupted.
 
-Preemptive generation (the LLM runs before the user's turn is confirmed): a speech not
-yet scheduled is held, what its LLM reports waits, bounded; a speech discarded before it
-is scheduled leaves nothing, to no client and no storage (``protocol/DECISIONS.md``).
+Preemptive generation: a speech not yet scheduled is held (what its LLM reports waits,
+bounded); one discarded before it is scheduled leaves nothing (``protocol/DECISIONS.md``).
 
 It never changes what the session speaks; with an LLM that reports no reasoning it still
 reports transcripts, tools and answers. A turn's span nests under its ``llm_request``'s.
@@ -164,8 +163,7 @@ class ReasoningBridge:
         s.on("speech_created", self._on_speech_created)
         s.on("function_tools_executed", self._on_tools_executed)
         s.on("close", self._on_close)
-        observe = getattr(s.llm, "observe", None)
-        if callable(observe):
+        if callable(observe := getattr(s.llm, "observe", None)):
             self._unobserve = observe(self)
         else:
             logger.warning(
@@ -216,8 +214,7 @@ class ReasoningBridge:
         if self._transport is not None:
             await self._transport.aclose()
         await self._sink.aclose()
-        close_keys = getattr(self._keys, "aclose", None)
-        if close_keys is not None:
+        if (close_keys := getattr(self._keys, "aclose", None)) is not None:
             await close_keys()
 
     def _on_close(self, _: CloseEvent) -> None:
@@ -258,10 +255,17 @@ class ReasoningBridge:
         """A speech is never dropped before it starts; it is interrupted once it does."""
         return False
 
-    def interrupt_speech(self) -> None:
-        """Interrupt what the agent is saying."""
-        with contextlib.suppress(RuntimeError):
-            self._agent_session.interrupt()
+    def interrupt_speech(self, may_stop: Callable[[str | None], bool]) -> None:
+        """Interrupt the speech now playing if ``may_stop`` allows it for its requester
+        (a progress remark's is its answer's); the speeches queued after it play on."""
+        playing = self._agent_session.current_speech
+        if playing is None:
+            return
+        answer = self._progress.answer_of(playing) if self._progress is not None else None
+        turn = self._turns.get((answer or playing).id)
+        request = turn.request if turn is not None else self._requests.get((answer or playing).id)
+        if may_stop(None if request is None else request.requester):
+            self._interrupt(playing)
 
     def forget(self, identity: str) -> None:
         """Nothing waits per participant here."""
@@ -308,7 +312,7 @@ class ReasoningBridge:
     def round_started(self, round_id: str) -> None:
         """An LLM round of the current speech starts (in livekit-agents' LLM request
         span: the turn's span nests under the first one)."""
-        handle = self._speech()
+        handle = running_speech(self._agent_session)  # its LLM round runs in this task
         if handle is None:
             return
         turn = self._turns.get(handle.id)
@@ -320,7 +324,7 @@ class ReasoningBridge:
 
     def reasoning(self, round_id: str, text: str, *, summary: bool) -> None:
         """Reasoning text of the current speech's round, as it streams."""
-        handle = self._speech()
+        handle = running_speech(self._agent_session)  # its LLM round runs in this task
         if handle is None:
             return
         if self._progress is not None and not summary:
@@ -331,7 +335,7 @@ class ReasoningBridge:
 
     def answer(self, round_id: str, text: str) -> None:
         """Answer text of the current speech's round, as it streams."""
-        handle = self._speech()
+        handle = running_speech(self._agent_session)  # its LLM round runs in this task
         if handle is None:
             return
         if self._progress is not None:
@@ -347,7 +351,7 @@ class ReasoningBridge:
         error: BaseException | None,
     ) -> None:
         """The round is over: its tool calls (run next by the session), usage, error."""
-        handle = self._speech()
+        handle = running_speech(self._agent_session)  # its LLM round runs in this task
         if handle is None:
             return
         if self._progress is not None:
@@ -363,10 +367,6 @@ class ReasoningBridge:
         await announce_remark(
             self.session, remark.text, target, zdr=self._settings.zdr, level=remark.level
         )
-
-    def _speech(self) -> SpeechHandle | None:
-        """The speech whose LLM round is running in this task."""
-        return running_speech(self._agent_session)
 
     # -- the pump -------------------------------------------------------------------
 

@@ -200,6 +200,10 @@ class ProgressSpeaker:
             self._warming.cancel()
             await asyncio.gather(self._warming, return_exceptions=True)
 
+    def answer_of(self, remark: SpeechHandle) -> SpeechHandle | None:
+        """The answer the progress speech ``remark`` stands in front of, once bound."""
+        return next((a.handle for a in self._answers.values() if a.fronted == remark.id), None)
+
     def is_remark(self, handle: SpeechHandle) -> bool:
         """``handle`` is one of our progress speeches (created by :meth:`front` or now)."""
         return self._saying or handle.id in self._remarks

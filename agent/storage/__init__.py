@@ -5,6 +5,7 @@
   :class:`~alicia.agent.engine.sink.StepSink` on a database: bounded queue, batched COPY, spill
   files during outages; ``migrate``.
 * ``rows.py``: envelopes to table rows. ``dialect.py``: the SQL for Postgres and SQLite.
-* ``spill.py``: fsync'd spill segments. ``engine.py``: engine creation and URL checks.
+* ``spill.py``: fsync'd spill segments, each with the fence it was queued under.
+* ``batch.py``: one batch in one fenced transaction. ``engine.py``: engine and URL checks.
 * ``stats.py``: ``alicia-stats``, analytics from the views.
 """

@@ -43,6 +43,7 @@ from alicia.agent.engine.sink import Fenced
 
 from .engine import IDLE_TXN_TIMEOUT_S, create_engine, is_postgres
 from .errors import _mapped
+from .fence import Fence
 from .migrate import migrate_once
 from .tables import agent_leases as LEASES
 
@@ -104,19 +105,6 @@ class Lease:
     """The generation of the last claim."""
     accepted_at: float | None = None
     """When a worker last started a job for the room (before its agent joined)."""
-
-
-@dataclass(slots=True)
-class Fence:
-    """What one agent's writes are conditional on: ``room``'s lease still at ``epoch``,
-    held by ``identity`` (when given).
-
-    ``epoch`` None: not claimed (the database was away when the agent started), so
-    nothing is fenced yet."""
-
-    room: str
-    epoch: int | None = None
-    identity: str | None = None
 
 
 def _fenced(fence: Fence, row: Any) -> None:

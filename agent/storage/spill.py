@@ -4,7 +4,8 @@ Layout under the spill root (one root per database)::
 
     <root>/<created_ns>-<pid>-<token>/   one directory per writer process
         lock                             flock'd while the writer lives
-        <first_seq>-<last_seq>.seg       a msgpack array of records, fsync'd, renamed into place
+        <first_seq>-<last_seq>.seg       msgpack: the writer's fence and its records, fsync'd,
+                                         renamed into place
     <root>/dead-letter/                  records the database refused (kept, never replayed)
 
 A segment is written to a temporary name, fsync'd, renamed, and the directory fsync'd,
@@ -13,6 +14,12 @@ so a crash never leaves a torn segment. A writer holds ``flock`` on its director
 gone) and replays those segments before its own, oldest directory first. Segments are
 ordered by the sequence number of their first record, so a segment written later from
 records older than an existing one still sorts first.
+
+A segment carries the fence its writer held when it wrote it (the room's lease epoch and
+holder, see :class:`~alicia.agent.storage.leases.Fence`): a writer that adopts it writes
+its records under that fence, so records of an agent whose room was taken over are
+dropped, not stored in the new holder's conversation. (Segments of earlier versions, a
+bare array of records, carry none.)
 """
 
 from __future__ import annotations
@@ -32,7 +39,17 @@ import msgspec
 
 from alicia.protocol import BODY_TYPES, Envelope, MessageType
 
-__all__ = ["Item", "Segment", "SpillDir", "decode_items", "encode_items"]
+from .fence import Fence
+
+__all__ = [
+    "Item",
+    "Segment",
+    "SpillDir",
+    "Spilled",
+    "decode_items",
+    "decode_segment",
+    "encode_items",
+]
 
 logger = logging.getLogger("alicia.storage")
 
@@ -51,8 +68,25 @@ class Item(NamedTuple):
     """For a ToolUseRequest without ``previousId``: the turn's user message id at submit."""
 
 
+class Spilled(NamedTuple):
+    """A segment's content: its records and the fence they were queued under."""
+
+    items: list[Item]
+    fence: Fence | None
+
+
+_Record = tuple[int, float, int, str, int, Any, bytes, Any]
+
+
+class _Document(msgspec.Struct):
+    records: list[_Record]
+    fence: tuple[str, int | None, str | None] | None = None
+
+
 _encoder = msgspec.msgpack.Encoder()
-_records = msgspec.msgpack.Decoder(list[tuple[int, float, int, str, int, Any, bytes, Any]])
+_records = msgspec.msgpack.Decoder(list[_Record])
+_document = msgspec.msgpack.Decoder(_Document)
+_MAPS: Final = frozenset((*range(0x80, 0x90), 0xDE, 0xDF))  # msgpack map markers
 
 
 def _clean(value: Any) -> Any:
@@ -95,8 +129,9 @@ def _clean_record(it: Item) -> tuple[Any, ...]:
     )
 
 
-def encode_items(items: Iterable[Item]) -> bytes:
-    """Serialise items (bodies as their wire maps) into one msgpack document.
+def encode_items(items: Iterable[Item], fence: Fence | None = None) -> bytes:
+    """Serialise items (bodies as their wire maps) and the ``fence`` they were queued under
+    into one msgpack document.
 
     A record whose strings cannot be encoded (lone surrogates) is kept with them
     replaced by ``?``.
@@ -107,17 +142,28 @@ def encode_items(items: Iterable[Item]) -> bytes:
             out.append(msgspec.Raw(_encoder.encode(_record(it))))
         except (UnicodeEncodeError, msgspec.EncodeError, TypeError):
             out.append(msgspec.Raw(_encoder.encode(_clean_record(it))))
-    return _encoder.encode(out)
+    held = None if fence is None else (fence.room, fence.epoch, fence.identity)
+    return _encoder.encode({"records": out, "fence": held})
 
 
-def decode_items(data: bytes) -> list[Item]:
+def decode_segment(data: bytes) -> Spilled:
     """Inverse of :func:`encode_items`; ``msgspec.DecodeError`` on a damaged document."""
+    if data[:1] and data[0] in _MAPS:
+        doc = _document.decode(data)
+        records, fence = doc.records, None if doc.fence is None else Fence(*doc.fence)
+    else:  # a segment of an earlier version: its records only
+        records, fence = _records.decode(data), None
     items: list[Item] = []
-    for seq, at, stanza, conv, code, meta, raw, turn in _records.decode(data):
+    for seq, at, stanza, conv, code, meta, raw, turn in records:
         body = msgspec.msgpack.decode(raw, type=BODY_TYPES[MessageType(code)])
         env = Envelope(stanza_id=stanza, conversation_id=conv, type=code, body=body, meta=meta)
         items.append(Item(seq, at, env, turn))
-    return items
+    return Spilled(items, fence)
+
+
+def decode_items(data: bytes) -> list[Item]:
+    """The records of a segment document (see :func:`decode_segment`)."""
+    return decode_segment(data).items
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -217,11 +263,14 @@ class SpillDir:
         """The next segment to replay, if any."""
         return self._segments[0] if self._segments else None
 
-    def write(self, items: Sequence[Item], *, fsync: bool = True) -> Segment:
-        """Persist ``items`` (ascending ``seq``) as a new segment of our directory."""
+    def write(
+        self, items: Sequence[Item], *, fence: Fence | None = None, fsync: bool = True
+    ) -> Segment:
+        """Persist ``items`` (ascending ``seq``), queued under ``fence``, as a new segment of
+        our directory."""
         if not items:
             raise ValueError("no items to spill")
-        seg = self._write_file(self.own, items, fsync=fsync)
+        seg = self._write_file(self.own, items, fsync=fsync, fence=fence)
         self._segments.append(seg)
         self._segments.sort()
         return seg
@@ -233,9 +282,15 @@ class SpillDir:
         return self._write_file(d, items, fsync=True, prefix=f"{time.time_ns():020d}-").path
 
     def _write_file(
-        self, d: Path, items: Sequence[Item], *, fsync: bool, prefix: str = ""
+        self,
+        d: Path,
+        items: Sequence[Item],
+        *,
+        fsync: bool,
+        prefix: str = "",
+        fence: Fence | None = None,
     ) -> Segment:
-        data = encode_items(items)
+        data = encode_items(items, fence)
         first, last = items[0].seq, items[-1].seq
         final = d / f"{prefix}{first:020d}-{last:020d}{_SUFFIX}"
         tmp = final.with_suffix(".tmp")
@@ -249,9 +304,9 @@ class SpillDir:
             _fsync_dir(d)
         return Segment(d.name, first, last, final, len(items))
 
-    def read(self, seg: Segment) -> list[Item]:
-        """The records of ``seg``."""
-        return decode_items(seg.path.read_bytes())
+    def read(self, seg: Segment) -> Spilled:
+        """The records of ``seg`` and the fence they were queued under."""
+        return decode_segment(seg.path.read_bytes())
 
     def remove(self, seg: Segment) -> None:
         """Forget a segment whose records are now stored."""

@@ -40,7 +40,7 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 from sqlalchemy import func, select
@@ -64,6 +64,7 @@ from alicia.protocol import (
     UserMessage,
 )
 
+from .batch import write_batch
 from .dialect import Dialect, StepConflictError
 from .engine import IDLE_TXN_TIMEOUT_S, create_engine, is_postgres
 from .errors import (
@@ -72,12 +73,10 @@ from .errors import (
     StorageUnavailableError,
     _mapped,
 )
-from .fastpath import write_steps_fenced
 from .history import load_conversation, sent_after, stored_message
-from .leases import fence_check
+from .leases import Fence
 from .migrate import migrate, migrate_once
 from .options import WriterOptions, WriterStats, default_spill_root
-from .rows import build_rows
 from .spill import Item, Segment, SpillDir
 from .tables import reasoning_steps as STEPS
 
@@ -94,8 +93,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("alicia.storage")
-
-_KNOWN_MESSAGES: Final = 20_000
 
 
 class _State(enum.Enum):
@@ -131,6 +128,7 @@ class StorageWriter:
         self._done_seq = 0
         self._inflight: list[Item] = []
         self._inflight_seg: Segment | None = None
+        self._inflight_fence = opts.fence  # an adopted segment's: the fence it was queued under
         self._lock = asyncio.Lock()  # orders spilling against batch taking
         self._wake = asyncio.Event()
         self._spill_wake = asyncio.Event()
@@ -210,7 +208,9 @@ class StorageWriter:
             if left:
                 left.sort(key=lambda it: it.seq)
                 for i in range(0, len(left), self.options.spill_chunk):
-                    self._spill.write(left[i : i + self.options.spill_chunk])
+                    self._spill.write(
+                        left[i : i + self.options.spill_chunk], fence=self.options.fence
+                    )
                 self.stats.spilled += len(left)
                 logger.warning(
                     "records left in the spill file at close",
@@ -386,7 +386,7 @@ class StorageWriter:
     def _index_segments(self, segments: Sequence[Segment]) -> None:
         for seg in segments:
             try:
-                items = self._spill.read(seg)
+                items = self._spill.read(seg).items
             except (OSError, msgspec.DecodeError, KeyError, ValueError):
                 continue
             for it in items:
@@ -410,7 +410,7 @@ class StorageWriter:
                     n = min(opts.spill_chunk, len(self._mem))
                     chunk = [self._mem[i] for i in range(n)]
                     try:
-                        await asyncio.to_thread(self._spill.write, chunk)
+                        await asyncio.to_thread(self._spill.write, chunk, fence=opts.fence)
                     except OSError as exc:
                         logger.error("spill write failed", extra={"error": str(exc)})
                         await asyncio.sleep(1.0)
@@ -435,20 +435,23 @@ class StorageWriter:
                 seg = self._spill.oldest()
                 if seg is not None:
                     try:
-                        items = await asyncio.to_thread(self._spill.read, seg)
+                        items, fence = await asyncio.to_thread(self._spill.read, seg)
                     except (OSError, msgspec.DecodeError, KeyError, ValueError) as exc:
                         logger.error(
                             "unreadable spill segment moved aside", extra={"error": str(exc)}
                         )
                         self._spill.quarantine(seg)
                         continue
-                    self._inflight, self._inflight_seg = items, seg
+                    if seg.dir_key == self._spill.own.name:
+                        fence = opts.fence  # ours: the fence as it is now
+                    self._inflight, self._inflight_seg, self._inflight_fence = items, seg, fence
                     return True
                 if self._mem:
                     n = min(opts.batch_size, len(self._mem))
                     batch = [self._mem.popleft() for _ in range(n)]
                     self._mem_bytes -= sum(_weight(it.env.body) for it in batch)
                     self._inflight, self._inflight_seg = batch, None
+                    self._inflight_fence = opts.fence
                     return True
             if self._closing.is_set():
                 return False
@@ -460,7 +463,7 @@ class StorageWriter:
 
     async def _write_loop(self) -> None:
         while await self._next_batch():
-            done = await self._write_resilient(self._inflight)
+            done = await self._write_resilient(self._inflight, self._inflight_fence)
             if not done:
                 return  # closing with the database still down: aclose spills the rest
             if self._inflight_seg is not None:
@@ -477,8 +480,9 @@ class StorageWriter:
     def _out_of_time(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
-    async def _write_resilient(self, items: list[Item]) -> bool:
-        """Store ``items``, retrying while the database is away; False if closing first.
+    async def _write_resilient(self, items: list[Item], fence: Fence | None) -> bool:
+        """Store ``items`` under ``fence``, retrying while the database is away; False if
+        closing first.
 
         A batch the database refuses (or that hits a bug while being converted) is cut in
         halves until the offending records are alone; those go to ``dead-letter/``.
@@ -486,12 +490,19 @@ class StorageWriter:
         delay = self.options.retry_initial_s
         while True:
             try:
-                await self._write(items)
-            except Fenced as exc:
-                self._fence_lost(exc)
-                return True  # dropped: written by nobody
+                await self._write(items, fence)
+            except Fenced as exc:  # dropped: written by nobody
+                if fence is self.options.fence:
+                    self._fence_lost(exc)
+                else:  # an adopted segment of an agent whose room was taken over
+                    FENCED.add(1)
+                    logger.warning(
+                        "spilled records of a room taken over dropped",
+                        extra={"records": len(items), "error": str(exc)},
+                    )
+                return True
             except (StorageRejectedError, StepConflictError) as exc:
-                return await self._isolate(items, exc)
+                return await self._isolate(items, fence, exc)
             except StorageError as exc:
                 self.stats.retries += 1
                 self.stats.last_error = str(exc)
@@ -510,7 +521,7 @@ class StorageWriter:
                 delay = min(delay * 2, self.options.retry_max_s)
             except Exception as exc:
                 logger.exception("records could not be converted or written")
-                return await self._isolate(items, exc)
+                return await self._isolate(items, fence, exc)
             else:
                 self.stats.written += len(items)
                 self.stats.batches += 1
@@ -529,7 +540,7 @@ class StorageWriter:
                 future.set_exception(Fenced(str(exc)))
         self._durable = []
 
-    async def _isolate(self, items: list[Item], exc: Exception) -> bool:
+    async def _isolate(self, items: list[Item], fence: Fence | None, exc: Exception) -> bool:
         if len(items) == 1:
             await asyncio.to_thread(self._spill.dead_letter, items)
             self.stats.dead_lettered += 1
@@ -539,58 +550,31 @@ class StorageWriter:
             )
             return True
         mid = len(items) // 2
-        return await self._write_resilient(items[:mid]) and await self._write_resilient(items[mid:])
+        return await self._write_resilient(items[:mid], fence) and await self._write_resilient(
+            items[mid:], fence
+        )
 
     async def _persist_inflight(self) -> None:
         """Keep a batch that could not be written on disk while it is retried."""
         async with self._lock:
             try:
-                seg = await asyncio.to_thread(self._spill.write, self._inflight)
+                seg = await asyncio.to_thread(
+                    self._spill.write, self._inflight, fence=self._inflight_fence
+                )
             except OSError as exc:
                 logger.error("spill write failed", extra={"error": str(exc)})
                 return
         self._inflight_seg = seg
         self.stats.spilled += len(self._inflight)
 
-    async def _write(self, items: Sequence[Item]) -> None:
+    async def _write(self, items: Sequence[Item], fence: Fence | None) -> None:
         engine = self._engine
         if engine is None:
             raise RuntimeError("StorageWriter not started")
         if not self._migrated:
             await migrate_once(engine)
             self._migrated = True
-        rows = build_rows(items)
-        referenced = list(rows.holders)
-        known = self._known
-        for mid in referenced:
-            if mid in known:  # stored by an earlier batch: no placeholder needed
-                del rows.holders[mid]
-        supersede = False
-        while True:
-            try:
-                if not supersede and self._dialect.only_steps(rows):
-                    await write_steps_fenced(engine, self._dialect, rows, self.options.fence)
-                else:
-                    async with _mapped(), engine.begin() as conn:
-                        await fence_check(conn, self.options.fence, postgres=self._postgres)
-                        await self._dialect.write(conn, rows, supersede=supersede)
-                break
-            except StepConflictError:
-                if supersede:
-                    raise
-                supersede = True
-            except StorageRejectedError:
-                if len(rows.holders) == len(referenced):
-                    raise
-                # A message we took as stored may have been deleted meanwhile: forget
-                # what we know and try once more with every placeholder.
-                known.clear()
-                rows = build_rows(items)
-        for mid in referenced:
-            known[mid] = None
-            known.move_to_end(mid)
-        while len(known) > _KNOWN_MESSAGES:
-            known.popitem(last=False)
+        await write_batch(engine, self._dialect, items, fence, self._known)
 
 
 async def open_sink(url: str | None, options: WriterOptions | None = None) -> StepSink:

@@ -303,3 +303,29 @@ async def test_the_cli_shows_nothing_from_an_impostor_and_follows_the_new_agent(
     assert from_clients(mallory) == []
     assert from_clients(b, Configuration)[0].last_sequence_seen == seen
     assert [u.content for u in from_clients(b, UserMessage)] == ["And 7 x 6?"]
+
+
+async def test_an_agent_that_does_not_announce_the_protocol_is_never_trusted(
+    livekit_server: LiveKitServer,
+) -> None:
+    """An avatar (kind AGENT, no ``alicia.protocol`` attribute) is in the room first and
+    answers everything: the session waits for an agent and sends it nothing; the agent
+    that announces the protocol joins and is trusted; nothing the avatar sends is shown."""
+    room = new_id("conv")
+    session = ClientSession()
+    async with (
+        session,
+        scripted_agent(
+            livekit_server, room, FORGED, identity="avatar-1", speaks_protocol=False
+        ) as avatar,
+    ):
+        await session.connect(livekit_server.url, token(livekit_server, room))
+        with pytest.raises(AgentMissingError):
+            await session.wait_for_agent(3)
+        async with scripted_agent(livekit_server, room, identity="agent-a"):
+            assert await session.wait_for_agent(15) == "agent-a"
+            await session.handshake()
+            turn = await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
+    assert turn.answer == ANSWER
+    assert "FORGED" not in shown(session)
+    assert from_clients(avatar) == []

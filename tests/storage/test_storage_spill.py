@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from alicia.agent.storage.leases import Fence, Leases
 from alicia.agent.storage.spill import decode_items
 from alicia.agent.storage.writer import StorageWriter, WriterOptions
 from tests.storage.traffic import Conv, script, snapshot, step, table, unreachable, write
@@ -93,3 +94,42 @@ async def test_refused_record_goes_to_dead_letter_and_the_rest_is_stored(
     [dead] = list((options.spill_dir / "dead-letter").glob("*.seg"))
     [item] = decode_items(dead.read_bytes())
     assert item.env == envs[6]
+
+
+@pytest.mark.parametrize("taken_over", [True, False], ids=["taken-over", "still-held"])
+async def test_an_adopted_segment_is_written_under_the_fence_it_was_queued_under(
+    url: str, tmp_path: Path, taken_over: bool
+) -> None:
+    """Agent A's writer (fenced on its room's lease) spills its last steps and dies. If
+    another agent took the room over meanwhile, the writer that adopts the segment (another
+    room's, or none) drops A's steps instead of storing them in the new holder's
+    conversation; if A's lease still holds, they are stored. The adopting writer's own
+    records are stored either way (A's fence is not its own)."""
+    spill = tmp_path / "shared-spill"
+    a_conv, b_conv = Conv(), Conv("conv_storage_test_000002")
+    await execute(url, "DELETE FROM alicia_agents")  # not emptied by the fixture
+    leases = Leases(url)
+    try:
+        epoch = await leases.claim("room-a", "agent-a", "w-a", 0.5)
+        assert epoch is not None
+        fence = Fence("room-a", epoch, "agent-a")
+        down = WriterOptions(
+            spill_dir=spill, retry_initial_s=0.05, close_timeout_s=0.2, fence=fence
+        )
+        async with StorageWriter(unreachable(url, tmp_path), down) as a:
+            for i in (1, 2):
+                a.submit(a_conv.server(step("msg_a", i, f"A's step {i}")))
+        assert a.stats.spilled == 2
+        if taken_over:
+            await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")  # A looks dead
+            assert await leases.claim("room-a", "agent-c", "w-c", 0.5) == epoch + 1
+    finally:
+        await leases.aclose()
+    mine = step("msg_b", 1, "B's own step")
+    async with StorageWriter(url, WriterOptions(spill_dir=spill, linger_s=0.005)) as b:
+        b.submit(b_conv.server(mine))
+        await b.flush(timeout=30)
+        assert not list(spill.glob("*/*.seg"))  # replayed or dropped, not left behind
+    rows = [r["content"] for r in await table(url, "alicia_reasoning_steps")]
+    expected = ["B's own step"] if taken_over else ["A's step 1", "A's step 2", "B's own step"]
+    assert sorted(rows) == expected

@@ -175,11 +175,16 @@ async def test_the_listener_ignores_an_agent_with_another_agent_name(
 
 
 def test_the_trusted_agent_name_rule_also_without_a_name() -> None:
-    """Unset ``ALICIA_AGENT_NAME`` (automatic dispatch): only an agent with no name."""
+    """Unset ``ALICIA_AGENT_NAME`` (automatic dispatch): only an agent with no name. Either
+    way only an agent that announces the protocol (an avatar or another framework's agent
+    in the room is not ours)."""
     standard = rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD
-    assert trusts_agent(AGENT, {"lk.agent_name": NAME}, NAME)
-    assert not trusts_agent(AGENT, {"lk.agent_name": "someone-else"}, NAME)
-    assert not trusts_agent(AGENT, {}, NAME)
-    assert trusts_agent(AGENT, {}, "") and trusts_agent(AGENT, {"lk.agent_name": ""}, "")
-    assert not trusts_agent(AGENT, {"lk.agent_name": NAME}, "")
-    assert not trusts_agent(standard, {"lk.agent_name": NAME}, NAME)
+    ours = {"alicia.protocol": "1"}
+    assert trusts_agent(AGENT, {**ours, "lk.agent_name": NAME}, NAME)
+    assert not trusts_agent(AGENT, {**ours, "lk.agent_name": "someone-else"}, NAME)
+    assert not trusts_agent(AGENT, ours, NAME)
+    assert trusts_agent(AGENT, ours, "") and trusts_agent(AGENT, {**ours, "lk.agent_name": ""}, "")
+    assert not trusts_agent(AGENT, {**ours, "lk.agent_name": NAME}, "")
+    assert not trusts_agent(standard, {**ours, "lk.agent_name": NAME}, NAME)
+    assert not trusts_agent(AGENT, {"lk.agent_name": NAME}, NAME)  # no protocol announced
+    assert not trusts_agent(AGENT, {}, "") and not trusts_agent(AGENT, {"alicia.protocol": "2"}, "")

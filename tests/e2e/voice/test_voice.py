@@ -19,7 +19,9 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 import pytest_asyncio
+from livekit import rtc
 
+from alicia.agent.session.preconnect import PRE_CONNECT_TOPIC
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.harness.speech import (
@@ -32,6 +34,7 @@ from alicia.harness.speech import (
     transcribe,
 )
 from alicia.protocol import (
+    Acknowledgement,
     AssistantMessage,
     AssistantSentence,
     Configuration,
@@ -39,10 +42,11 @@ from alicia.protocol import (
     ReasoningStep,
     StartAnswer,
     Transcription,
+    UserMessage,
     new_id,
 )
 from tests.e2e.worker import WorkerProcess, running_worker
-from tests.support.livekit_rooms import ProtocolClient, joined
+from tests.support.livekit_rooms import ProtocolClient, joined, wait_for_participant
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +205,95 @@ async def test_speaking_over_the_answer_interrupts_it_and_closes_it_as_partial(
     assert message.content and len(message.content) < len(spec.answer)
     assert spec.answer.startswith(message.content.split(".")[0])
     assert client.of(StartAnswer) == [] and client.of(AssistantSentence) == []
+
+
+async def test_a_stop_of_one_s_own_queued_turn_does_not_cut_another_s_answer(
+    livekit_server: LiveKitServer, llm: RecordedLLM, voice_worker: WorkerProcess
+) -> None:
+    """Alice's answer is being spoken; Bob's question waits behind it. Bob stops his own
+    turn (``all``: its generation and its speech): Alice's answer plays to its end (the
+    speech now playing is hers, so Bob may not stop it), as does what waits after it."""
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    room = f"voice-own-stop-{new_id('r')}"
+    async with (
+        joined(livekit_server, room, "alice") as ra,
+        joined(livekit_server, room, "bob") as rb,
+    ):
+        alice, bob = ProtocolClient(ra, room), ProtocolClient(rb, room)
+        recorder = AudioRecorder(ra)
+        for client in (alice, bob):
+            await client.wait_for_agent()
+            await client.handshake()
+        asked_at = time.monotonic()
+        await alice.send(UserMessage(id=new_id("m"), conversation_id=room, content=spec.user))
+        start = await alice.wait_for(StartAnswer, within=60.0)
+        async with asyncio.timeout(30):  # her answer is being spoken
+            while recorder.first_sound_at(after=asked_at) is None:
+                await asyncio.sleep(0.1)
+        sounding_at = recorder.first_sound_at(after=asked_at)
+        mine = new_id("m")
+        await bob.send(UserMessage(id=mine, conversation_id=room, content=spec.user))
+        await asyncio.sleep(1.0)
+        stop = await bob.send(ControlStop(conversation_id=room, target_id=mine, stop_type="all"))
+        await bob.wait_for(Acknowledgement, within=30.0, acknowledged_stanza_id=stop)
+        final = await alice.wait_for(
+            AssistantSentence, within=60.0, previous_id=start.id, is_final=True
+        )
+        await quiet_after(recorder, asked_at, quiet_s=1.5)
+        await recorder.aclose()
+    assert sounding_at is not None and final.previous_id == start.id
+    loud = [
+        at
+        for at, s in recorder.frames
+        if at >= sounding_at and np.sqrt((s.astype(np.float64) ** 2).mean()) > 300
+    ]
+    gaps = [i for i in range(1, len(loud)) if loud[i] - loud[i - 1] > 1.0]
+    played = loud[gaps[0] - 1 if gaps else -1] - loud[0]  # her speech, up to its first pause
+    whole, rate = speak(spec.answer)
+    assert played > 0.8 * len(whole) / rate, (played, len(whole) / rate)
+
+
+@pytest.mark.parametrize("sender", ["alice", "eve"])
+async def test_pre_connect_audio_is_taken_only_from_the_publisher_of_its_track(
+    livekit_server: LiveKitServer, llm: RecordedLLM, voice_worker: WorkerProcess, sender: str
+) -> None:
+    """A LiveKit frontend sends the audio it recorded before the agent joined as a byte
+    stream naming its microphone track (``lk.agent.pre-connect-audio-buffer``). From Alice,
+    for her own track, the agent hears it: her question is transcribed and asked. From
+    Eve, naming Alice's track, it is dropped: nothing is transcribed, the model is not
+    asked (livekit-agents alone would take Eve's words as Alice's)."""
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    room = f"voice-preconnect-{new_id('r')}"
+    question, rate = speak(spec.user)
+    pcm = np.concatenate([question, np.zeros(int(2.0 * rate), dtype=np.int16)])
+    async with joined(livekit_server, room, "alice") as ra:
+        alice = ProtocolClient(ra, room)
+        await alice.wait_for_agent()
+        await alice.handshake()
+        async with joined(livekit_server, room, "eve") as re_:
+            await wait_for_participant(re_, alice.agent)
+            track = rtc.LocalAudioTrack.create_audio_track("microphone", rtc.AudioSource(rate, 1))
+            options = rtc.TrackPublishOptions(
+                source=rtc.TrackSource.SOURCE_MICROPHONE, preconnect_buffer=True
+            )
+            publication = await ra.local_participant.publish_track(track, options)
+            writer = await (ra if sender == "alice" else re_).local_participant.stream_bytes(
+                "pre-connect",
+                topic=PRE_CONNECT_TOPIC,
+                attributes={"trackId": publication.sid, "sampleRate": str(rate), "channels": "1"},
+                destination_identities=[alice.agent],
+            )
+            await writer.write(pcm.tobytes())
+            await writer.aclose()
+            if sender == "alice":
+                heard = await alice.wait_for(Transcription, within=60.0)
+                assert QUESTION_WORDS & set(heard.text.lower().split()), heard.text
+                async with asyncio.timeout(30):
+                    while not llm.requests:
+                        await asyncio.sleep(0.1)
+            else:
+                await asyncio.sleep(10.0)  # Alice's would be transcribed and asked by now
+                assert alice.of(Transcription) == []
+                assert list(llm.requests) == []
