@@ -235,7 +235,8 @@ class Settings:
     ``X-Forwarded-For`` entry that is not a trusted proxy (else the connection's peer)."""
     agui_max_uploads: int = 8
     """``ALICIA_AGUI_MAX_UPLOADS`` (default 8): run inputs being received at once by one
-    process; more are answered with HTTP 503."""
+    process; more are answered with HTTP 503. One caller (token identity) or client address
+    receives at most a quarter of them (at least one) at once; more: HTTP 429."""
     agui_body_timeout_s: float = 10.0
     """``ALICIA_AGUI_BODY_TIMEOUT`` (default 10): seconds a run input may take to arrive
     whole; then the request is answered with HTTP 408."""

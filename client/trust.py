@@ -3,12 +3,12 @@
 Trust goes to one *participant*, never to an identity: the room's participant of kind
 AGENT (a kind only a token minted with the API secret can carry, and that no participant
 can change) that announces the protocol (attribute ``alicia.protocol`` = ``1``: an avatar
-or another framework's agent in the room is not ours), with ``agent_name`` only one whose ``lk.agent_name`` attribute (put in its
-token by livekit-server at dispatch) names it, and with ``expected_identity`` only that
-identity. :meth:`AgentTrust.trusts` checks all of it again for every packet, plus the
-participant's ``sid``: a standard participant that joins under the agent's identity
-(livekit-server then removes the real agent as a duplicate) is a new participant of the
-wrong kind and never gains trust.
+or another framework's agent in the room is not ours), with ``agent_name`` only one whose
+``lk.agent_name`` attribute (put in its token by livekit-server at dispatch) names it, and
+with ``expected_identity`` only that identity. :meth:`AgentTrust.trusts` checks all of it
+again for every packet, plus the participant's ``sid``: a standard participant that joins
+under the agent's identity (livekit-server then removes the real agent as a duplicate) is
+a new participant of the wrong kind and never gains trust.
 
 Takeovers: trust stays with the trusted agent while it is in the room (an agent that
 joins meanwhile is another agent, or a late second dispatch that the workers' leases

@@ -17,7 +17,8 @@ over 4 MiB HTTP 413 while it is still arriving (:mod:`alicia.agent.bodies`). A c
 holds at most ``ALICIA_AGUI_MAX_PER_CALLER`` streams at once, a client address at most
 ``ALICIA_AGUI_MAX_PER_ADDRESS`` (HTTP 429 beyond; :mod:`.limits`). A run input must arrive
 whole within ``ALICIA_AGUI_BODY_TIMEOUT`` (HTTP 408), and at most
-``ALICIA_AGUI_MAX_UPLOADS`` are being received at once (HTTP 503 beyond). A run lasts at
+``ALICIA_AGUI_MAX_UPLOADS`` are being received at once (HTTP 503 beyond), a quarter of
+them (at least one) from one caller or one client address (HTTP 429 beyond). A run lasts at
 most ``ALICIA_AGUI_RUN_TIMEOUT``, and a caller that stops reading is cut after
 ``ALICIA_AGUI_WRITE_TIMEOUT``.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -86,6 +88,8 @@ class AguiService:
         )
         self.uploads = 0
         """Run inputs being received now (at most ``agui_max_uploads``)."""
+        self._uploading: Counter[str] = Counter()
+        """The same by caller identity and by client address (at most a share each)."""
         self.encoder = EventEncoder()
 
     @property
@@ -167,7 +171,7 @@ class AguiService:
         if not isinstance(slot, Slot):
             return slot
         try:
-            response = await self._run(request, slot)
+            response = await self._run(request, slot, (who.identity, self._address(request)))
         except BaseException:
             slot.release()
             raise
@@ -175,11 +179,17 @@ class AguiService:
             slot.release()
         return response
 
-    async def _run(self, request: Request, slot: Slot) -> Response:
+    async def _run(self, request: Request, slot: Slot, sender: tuple[str, str]) -> Response:
         s = self.settings
         if self.uploads >= s.agui_max_uploads:
             return _error(503, "too many run inputs arriving at once; try again", close=True)
+        keys = (f"caller {sender[0]}", f"address {sender[1]}")
+        share = max(1, s.agui_max_uploads // 4)
+        if any(self._uploading[k] >= share for k in keys):
+            message = f"more than {share} run inputs of this caller or address arriving at once"
+            return _error(429, message, close=True)
         self.uploads += 1
+        self._uploading.update(keys)
         try:
             async with asyncio.timeout(s.agui_body_timeout_s):
                 body = await read_body(request, MAX_BODY_BYTES, "the run input")
@@ -190,6 +200,10 @@ class AguiService:
             return _error(408, message, close=True)
         finally:
             self.uploads -= 1
+            self._uploading.subtract(keys)
+            for k in keys:
+                if self._uploading[k] <= 0:
+                    del self._uploading[k]
         try:
             run = RunAgentInput.model_validate_json(body)
         except ValidationError as exc:

@@ -3,7 +3,8 @@
 The endpoint as users run it (``python -m alicia.agent.agui``), raw sockets:
 
 * a run input that never finishes arriving gets HTTP 408 once ``ALICIA_AGUI_BODY_TIMEOUT``
-  has passed, and at most ``ALICIA_AGUI_MAX_UPLOADS`` inputs are received at once (503);
+  has passed, and at most ``ALICIA_AGUI_MAX_UPLOADS`` inputs are received at once (503),
+  a quarter of them from one caller or one address (429);
 * one client address holds at most ``ALICIA_AGUI_MAX_PER_ADDRESS`` streams whatever
   identities its tokens name (a token route that mints one per session); behind a proxy
   listed in ``ALICIA_AGUI_TRUSTED_PROXIES`` the address is the ``X-Forwarded-For`` one.
@@ -37,11 +38,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 LLM_STREAMS = "shared"
 
 
-def slow_upload(url: str, token: str, body: dict[str, Any]) -> Any:
-    """A run whose body stops arriving halfway (the socket, unread)."""
+def slow_upload(url: str, token: str, body: dict[str, Any], forwarded: str = "") -> Any:
+    """A run whose body stops arriving halfway (the socket, unread); ``forwarded``: the
+    ``X-Forwarded-For`` header's value (none if empty)."""
     data = json.dumps(body).encode()
     sock = connect(url)
     extra = f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+    extra += f"X-Forwarded-For: {forwarded}\r\n" if forwarded else ""
     sock.sendall(request_head(url, "POST", "/agui", token, extra) + data[: len(data) // 2])
     return sock
 
@@ -54,13 +57,18 @@ def answer_text(sock: Any) -> str:
 async def test_a_body_that_never_arrives_gets_408_and_uploads_are_bounded(
     livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> None:
-    env = {"ALICIA_AGUI_BODY_TIMEOUT": "1.5", "ALICIA_AGUI_MAX_UPLOADS": "3"}
+    env = {
+        "ALICIA_AGUI_BODY_TIMEOUT": "1.5",
+        "ALICIA_AGUI_MAX_UPLOADS": "3",
+        "ALICIA_AGUI_TRUSTED_PROXIES": "127.0.0.1",  # four clients behind a proxy
+    }
     async with running_agui(livekit_server, llm.base_url, env=env) as agui:
         socks = []
         for i in range(4):
             thread = new_id("conv")
             token = agui_token(livekit_server, thread, f"uploader-{i}", "full")
-            socks.append(slow_upload(agui.url, token, run_input(thread, [user("hello")])))
+            body = run_input(thread, [user("hello")])
+            socks.append(slow_upload(agui.url, token, body, f"198.51.100.{i + 1}"))
             await asyncio.sleep(0.2)  # in order: the fourth finds three arriving
         started = time.monotonic()
         with closing_all(socks):
@@ -106,3 +114,35 @@ async def test_one_address_holds_a_bounded_share_whatever_identities_it_mints(
         socks = [stream(i, f"198.51.100.{i + 1}, 127.0.0.1") for i in range(5)]
         with closing_all(socks):
             assert await statuses(socks) == [200] * 5
+
+
+async def test_one_caller_or_one_address_receives_a_bounded_share_of_the_uploads(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """With 8 upload places (the default), one caller receives at most 2 run inputs at
+    once, whatever addresses it sends from, and one address at most 2, whatever identities
+    its tokens name (HTTP 429 for the third); meanwhile another client's run goes through."""
+    env = {"ALICIA_AGUI_BODY_TIMEOUT": "2", "ALICIA_AGUI_TRUSTED_PROXIES": "127.0.0.1"}
+    async with running_agui(livekit_server, llm.base_url, env=env) as agui:
+        for case in ("one caller", "one address"):
+            socks = []
+            for i in range(3):
+                thread = new_id("conv")
+                who = "uploader" if case == "one caller" else f"uploader-{i}"
+                token = agui_token(livekit_server, thread, who, "full")
+                address = f"198.51.100.{i + 1}" if case == "one caller" else "198.51.100.9"
+                body = run_input(thread, [user("hello")])
+                socks.append(slow_upload(agui.url, token, body, address))
+                await asyncio.sleep(0.2)  # in order: the third finds two arriving
+            with closing_all(socks):
+                thread = new_id("conv")
+                token = agui_token(livekit_server, thread, "someone-else", "full")
+                spec = llm.spec(STREAM)
+                status, events, text = await post_run(
+                    agui.url, token, run_input(thread, [user(spec.user)])
+                )
+                codes = await statuses(socks, within=15)
+                texts = [answer_text(s) for s in socks]
+            assert status == 200 and types(events)[-1] == "RUN_FINISHED", text
+            assert codes == [408, 408, 429], (case, codes, texts)
+            assert "more than 2 run inputs of this caller or address" in texts[2], texts[2]
