@@ -180,6 +180,7 @@ class FollowingClient:
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
         room.on("participant_connected", self._on_participant)
+        room.on("participant_attributes_changed", self._on_attributes)
         room.on("participant_disconnected", self._on_left)
         for p in room.remote_participants.values():
             self._on_participant(p)
@@ -195,6 +196,12 @@ class FollowingClient:
         # it finds itself fenced) is not followed.
         if self._trust.offer(participant, self.room.remote_participants):
             self._follow(participant)
+
+    def _on_attributes(self, changed: Mapping[str, str], participant: rtc.Participant) -> None:
+        # An agent announces the protocol (``alicia.protocol``) once joined: the clients'
+        # rule trusts it from then on.
+        if isinstance(participant, rtc.RemoteParticipant):
+            self._on_participant(participant)
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
         present = self.room.remote_participants
