@@ -42,6 +42,7 @@ from livekit.agents import AgentServer
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
 
+from alicia.agent.storage.fence import NO_EPOCH
 from alicia.agent.storage.leases import Fence, Leases
 from alicia.agent.telemetry.instruments import LEASE_CLAIMS, TAKEOVERS, lease_span
 
@@ -71,8 +72,6 @@ before it is refused (well within livekit-server's 10 s job assignment timeout).
 ACCEPT_WINDOW_S: Final = 5.0
 """A job taken for a room has this long for its agent to claim it; meanwhile further
 dispatches to the room are refused (the watcher sends two at once on a takeover)."""
-NO_EPOCH: Final = 0
-"""The fence of a hold that lost its room before it ever claimed it: epochs start at 1."""
 
 
 class Hold:

@@ -43,7 +43,7 @@ from alicia.agent.engine.sink import Fenced
 
 from .engine import IDLE_TXN_TIMEOUT_S, create_engine, is_postgres
 from .errors import _mapped
-from .fence import Fence
+from .fence import NO_EPOCH, Fence
 from .migrate import migrate_once
 from .tables import agent_leases as LEASES
 
@@ -108,6 +108,8 @@ class Lease:
 
 
 def _fenced(fence: Fence, row: Any) -> None:
+    if row is None and fence.epoch == NO_EPOCH:
+        return  # nobody ever claimed the room
     epoch, identity = (None, None) if row is None else (row[0], row[1])
     if epoch is None or int(epoch) != fence.epoch:
         raise Fenced(f"room {fence.room}: lease epoch {fence.epoch} was superseded ({epoch})")

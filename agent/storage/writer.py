@@ -444,6 +444,8 @@ class StorageWriter:
                         continue
                     if seg.dir_key == self._spill.own.name:
                         fence = opts.fence  # ours: the fence as it is now
+                    elif fence is not None:
+                        fence = fence.for_adoption()
                     self._inflight, self._inflight_seg, self._inflight_fence = items, seg, fence
                     return True
                 if self._mem:

@@ -96,23 +96,35 @@ async def test_refused_record_goes_to_dead_letter_and_the_rest_is_stored(
     assert item.env == envs[6]
 
 
-@pytest.mark.parametrize("taken_over", [True, False], ids=["taken-over", "still-held"])
+CASES = {
+    # case: (A claims the room first, what happens next, A's rows stored)
+    "taken-over": (True, "another agent claims it", False),
+    "still-held": (True, "nothing", True),
+    "released": (True, "A's lease is released (vacant, its epoch kept)", True),
+    "unclaimed-taken": (False, "another agent claims it", False),
+    "unclaimed-free": (False, "nothing", True),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
 async def test_an_adopted_segment_is_written_under_the_fence_it_was_queued_under(
-    url: str, tmp_path: Path, taken_over: bool
+    url: str, tmp_path: Path, case: str
 ) -> None:
-    """Agent A's writer (fenced on its room's lease) spills its last steps and dies. If
-    another agent took the room over meanwhile, the writer that adopts the segment (another
-    room's, or none) drops A's steps instead of storing them in the new holder's
-    conversation; if A's lease still holds, they are stored. The adopting writer's own
-    records are stored either way (A's fence is not its own)."""
+    """Agent A's writer spills its last steps and its process ends. The writer that adopts
+    the segment (another room's) stores A's steps only if no other agent took A's room
+    since: A's lease still held, or released (vacant, same epoch); for an A that never
+    claimed the room (the database away at its start), only if nobody ever claimed it.
+    Else they are dropped, not stored in the new holder's conversation. The adopting
+    writer's own records are stored either way (A's fence is not its own)."""
+    claims, then, stored = CASES[case]
     spill = tmp_path / "shared-spill"
     a_conv, b_conv = Conv(), Conv("conv_storage_test_000002")
     await execute(url, "DELETE FROM alicia_agents")  # not emptied by the fixture
     leases = Leases(url)
     try:
-        epoch = await leases.claim("room-a", "agent-a", "w-a", 0.5)
-        assert epoch is not None
-        fence = Fence("room-a", epoch, "agent-a")
+        epoch = await leases.claim("room-a", "agent-a", "w-a", 0.5) if claims else None
+        assert epoch is not None or not claims
+        fence = Fence("room-a", epoch, "agent-a" if claims else None)
         down = WriterOptions(
             spill_dir=spill, retry_initial_s=0.05, close_timeout_s=0.2, fence=fence
         )
@@ -120,9 +132,11 @@ async def test_an_adopted_segment_is_written_under_the_fence_it_was_queued_under
             for i in (1, 2):
                 a.submit(a_conv.server(step("msg_a", i, f"A's step {i}")))
         assert a.stats.spilled == 2
-        if taken_over:
+        if then == "another agent claims it":
             await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")  # A looks dead
-            assert await leases.claim("room-a", "agent-c", "w-c", 0.5) == epoch + 1
+            assert await leases.claim("room-a", "agent-c", "w-c", 0.5) == (epoch or 0) + 1
+        elif then.startswith("A's lease is released"):
+            await leases.release("room-a", "agent-a")
     finally:
         await leases.aclose()
     mine = step("msg_b", 1, "B's own step")
@@ -131,5 +145,5 @@ async def test_an_adopted_segment_is_written_under_the_fence_it_was_queued_under
         await b.flush(timeout=30)
         assert not list(spill.glob("*/*.seg"))  # replayed or dropped, not left behind
     rows = [r["content"] for r in await table(url, "alicia_reasoning_steps")]
-    expected = ["B's own step"] if taken_over else ["A's step 1", "A's step 2", "B's own step"]
-    assert sorted(rows) == expected
+    a_rows = ["A's step 1", "A's step 2"] if stored else []
+    assert sorted(rows) == [*a_rows, "B's own step"], case
