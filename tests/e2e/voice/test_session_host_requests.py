@@ -12,6 +12,8 @@ reach Eve.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from livekit.protocol.agent_pb import agent_session as pb
@@ -42,29 +44,38 @@ def agent_info() -> pb.SessionRequest:
     return pb.SessionRequest(get_agent_info=pb.SessionRequest.GetAgentInfo())
 
 
+@contextlib.asynccontextmanager
+async def eve_and_olga(
+    server: LiveKitServer, llm: RecordedLLM, room: str
+) -> AsyncIterator[tuple[Listener, Listener, str]]:
+    """The README app in ``room``, eve (no grant) and olga (the operator grant) listening
+    on its session host; (eve, olga, the agent's identity)."""
+    llm.route_model("recorded-model", "deepseek_reasoning_content")
+    eve_token = server.token("eve", room, attributes={})
+    olga_token = server.token("olga", room, attributes={"alicia.operator": "true"})
+    async with (
+        readme_app(server, llm, room, "deepseek", "chat"),
+        joined(server, room, "eve", eve_token) as eve_room,
+        joined(server, room, "olga", olga_token) as olga_room,
+    ):
+        client = ProtocolClient(eve_room, room)
+        await client.wait_for_agent()
+        yield Listener(eve_room), Listener(olga_room), client.agent
+
+
 async def test_only_an_operator_may_steer_the_agent_through_the_session_host(
     livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> None:
-    llm.route_model("recorded-model", "deepseek_reasoning_content")
     room = f"host-doors-{new_id('r')}"
-    eve_token = livekit_server.token("eve", room, attributes={})
-    olga_token = livekit_server.token("olga", room, attributes={"alicia.operator": "true"})
-    async with (
-        readme_app(livekit_server, llm, room, "deepseek", "chat"),
-        joined(livekit_server, room, "eve", eve_token) as eve_room,
-        joined(livekit_server, room, "olga", olga_token) as olga_room,
-    ):
-        eve, olga = Listener(eve_room), Listener(olga_room)
-        agent = ProtocolClient(eve_room, room)
-        await agent.wait_for_agent()
+    async with eve_and_olga(livekit_server, llm, room) as (eve, olga, agent):
         refused = {
-            "run_input": await eve.response(agent.agent, run_input(EVE_ASKS)),
-            "update_io": await eve.response(agent.agent, mute()),
-            "get_agent_info": await eve.response(agent.agent, agent_info()),
+            "run_input": await eve.response(agent, run_input(EVE_ASKS)),
+            "update_io": await eve.response(agent, mute()),
+            "get_agent_info": await eve.response(agent, agent_info()),
         }
-        ping = await eve.response(agent.agent, pb.SessionRequest(ping=pb.SessionRequest.Ping()))
+        ping = await eve.response(agent, pb.SessionRequest(ping=pb.SessionRequest.Ping()))
         history = await eve.response(
-            agent.agent, pb.SessionRequest(get_chat_history=pb.SessionRequest.GetChatHistory())
+            agent, pb.SessionRequest(get_chat_history=pb.SessionRequest.GetChatHistory())
         )
         print({kind: r.error for kind, r in refused.items()})
         for kind, response in refused.items():
@@ -74,9 +85,9 @@ async def test_only_an_operator_may_steer_the_agent_through_the_session_host(
         assert not history.error
         assert not [i for i in history.get_chat_history.items if i.HasField("message")]
         # The operator: answered, to her only.
-        info = await olga.response(agent.agent, agent_info())
+        info = await olga.response(agent, agent_info())
         assert not info.error and info.get_agent_info.instructions == INSTRUCTIONS
-        ran = await olga.response(agent.agent, run_input("What is 17 times 20?"))
+        ran = await olga.response(agent, run_input("What is 17 times 20?"))
         assert not ran.error and ran.run_input.items, ran
         await asyncio.sleep(0.5)
     asked = [str(r) for r in llm.requests]
@@ -93,33 +104,23 @@ async def test_request_streams_held_open_do_not_hold_up_the_session_host(
 ) -> None:
     # Eve opens session host streams and never closes them; the operator's requests and
     # her own later ones are still answered.
-    llm.route_model("recorded-model", "deepseek_reasoning_content")
     room = f"host-held-{new_id('r')}"
-    eve_token = livekit_server.token("eve", room, attributes={})
-    olga_token = livekit_server.token("olga", room, attributes={"alicia.operator": "true"})
-    async with (
-        readme_app(livekit_server, llm, room, "deepseek", "chat"),
-        joined(livekit_server, room, "eve", eve_token) as eve_room,
-        joined(livekit_server, room, "olga", olga_token) as olga_room,
-    ):
-        eve, olga = Listener(eve_room), Listener(olga_room)
-        agent = ProtocolClient(eve_room, room)
-        await agent.wait_for_agent()
+    async with eve_and_olga(livekit_server, llm, room) as (eve, olga, agent):
         held = [
-            await eve_room.local_participant.stream_bytes(
-                "held", topic="lk.agent.session", destination_identities=[agent.agent]
+            await eve.room.local_participant.stream_bytes(
+                "held", topic="lk.agent.session", destination_identities=[agent]
             )
             for _ in range(40)
         ]
         for writer in held:
             await writer.write(b"\x0a")  # the start of a message that never ends
         opened = asyncio.get_running_loop().time()
-        info = await olga.response(agent.agent, agent_info())
+        info = await olga.response(agent, agent_info())
         assert not info.error and info.get_agent_info.instructions == INSTRUCTIONS
         # Eve's own next request waits until the host has dropped her held streams (2 s
         # each; while two of hers are open, more of hers are dropped).
         await asyncio.sleep(max(0.0, opened + 3.0 - asyncio.get_running_loop().time()))
-        ping = await eve.response(agent.agent, pb.SessionRequest(ping=pb.SessionRequest.Ping()))
+        ping = await eve.response(agent, pb.SessionRequest(ping=pb.SessionRequest.Ping()))
         assert not ping.error and ping.HasField("pong")
         for writer in held:
             await writer.aclose()
