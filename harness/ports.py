@@ -21,7 +21,10 @@ def free_port() -> int:
 
     Chosen below the kernel's ephemeral range when it can be: a port the kernel hands out
     (``bind(0)``) can be taken by any outgoing connection before the server binds it,
-    which happens often on a machine busy with many connections.
+    which happens often on a machine busy with many connections. A port is never handed
+    out twice by one process: two servers picked one after the other (a module's
+    livekit-server and the watcher it posts to) would otherwise be given the same port
+    while the first was not yet bound, and the second's clients would reach the first.
     """
     import random
 
@@ -31,15 +34,22 @@ def free_port() -> int:
         start, end = band or (_FIXED_LOW, low - 1)
         for _ in range(100):
             port = random.randrange(start, end + 1)
+            if port in _given:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
+                _given.add(port)
                 return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_given: set[int] = set()
+"""The ports :func:`free_port` picked in this process (at most one band's worth)."""
 
 
 _FIXED_LOW = 10000

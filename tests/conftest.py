@@ -24,7 +24,8 @@ from alicia.harness.recorded_llm import RecordedLLM
 from tests.support.chat_server import TRANSPORTS, Handler, serving_chat
 from tests.support.recorded import recorded_llm_for
 
-pytest_plugins = ["tests.support.scheduling"]  # the quick tier, parallel workers, the order
+# the quick tier, parallel workers, the order; the logs of the processes a failed test ran
+pytest_plugins = ["tests.support.scheduling", "tests.support.process_logs"]
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from alicia.harness import LiveKitServer
 from tests.paths import ROOT
+from tests.support import process_logs
 
 __all__ = ["NO_LOAD_LIMIT", "WorkerProcess", "running_worker"]
 
@@ -111,6 +112,7 @@ async def running_worker(
                 start_new_session=True,
             )
         worker = WorkerProcess(proc, log_path)
+        logged = process_logs.started(f"worker {proc.pid} ({mode})", worker.text)
         try:
             deadline = time.monotonic() + ready_timeout
             ready = ["registered worker"]
@@ -124,6 +126,7 @@ async def running_worker(
         finally:
             await _stop(proc)
             worker.kept = log_path.read_text(errors="replace")
+            process_logs.stopped(logged, worker.text)
 
 
 async def _stop(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:

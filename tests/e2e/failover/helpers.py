@@ -31,7 +31,6 @@ from alicia.agent.rooms.ffi_routing import route_room
 from alicia.agent.storage.leases import Leases
 from alicia.client.trust import AgentTrust
 from alicia.harness import LiveKitServer
-from alicia.harness.ports import port_open
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import (
     DATA_TOPIC,
@@ -50,6 +49,7 @@ from alicia.protocol import (
     new_id,
 )
 from tests.paths import ROOT
+from tests.support import process_logs
 from tests.support.db import fetch
 
 __all__ = [
@@ -110,10 +110,18 @@ class WatcherProcess:
 
     proc: asyncio.subprocess.Process
     log_path: Path
+    kept: str | None = None
+    """The whole log as it was when the watcher stopped (its file is gone then)."""
+
+    def text(self) -> str:
+        """The whole log so far (or as it was when the watcher stopped)."""
+        if self.kept is not None:
+            return self.kept
+        return self.log_path.read_text(errors="replace")
 
     def log(self, tail: int = 8000) -> str:
         """The end of the watcher's log."""
-        return self.log_path.read_text(errors="replace")[-tail:]
+        return self.text()[-tail:]
 
     def kill(self) -> None:
         """SIGKILL, as a crash."""
@@ -121,11 +129,29 @@ class WatcherProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` itself holds the listening TCP socket on 127.0.0.1:``port``
+    (Linux's ``/proc``): something else on the port (a server that took it between the
+    pick and the bind) answers connections too, and livekit-server's webhooks go there."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":  # LISTEN
+            inodes.add(f"socket:[{fields[9]}]")
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False
+
+
 @contextlib.asynccontextmanager
 async def running_watcher(
     server: LiveKitServer, database_url: str, *, port: int, env: Mapping[str, str] | None = None
 ) -> AsyncIterator[WatcherProcess]:
-    """``python -m alicia.agent.watch`` on ``port`` for ``server``'s rooms; healthy."""
+    """``python -m alicia.agent.watch`` on ``port`` for ``server``'s rooms; listening there
+    itself."""
     full_env = {
         **os.environ,
         **server.env(),
@@ -144,9 +170,13 @@ async def running_watcher(
                 stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         watcher = WatcherProcess(proc, log_path)
+        logged = process_logs.started(f"watcher {proc.pid}", watcher.text)
         try:
-            if not await port_open(port) or proc.returncode is not None:
-                raise RuntimeError(f"the watcher did not start:\n{watcher.log()}")
+            deadline = time.monotonic() + 30
+            while not _listens(proc.pid, port):
+                if proc.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the watcher did not start on {port}:\n{watcher.log()}")
+                await asyncio.sleep(0.05)
             yield watcher
         finally:
             if proc.returncode is None:
@@ -157,6 +187,8 @@ async def running_watcher(
                 except TimeoutError:
                     watcher.kill()
                     await proc.wait()
+            watcher.kept = log_path.read_text(errors="replace")
+            process_logs.stopped(logged, watcher.text)
 
 
 class FollowingClient:
