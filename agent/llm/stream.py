@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any, Final, TypeVar
 
+import aiohttp
 import msgspec
 import openai
 
@@ -340,10 +341,9 @@ async def _body(
     ``[DONE]`` or its end.
 
     One generator from the request to the items (each layer of async generators costs
-    every token a resumption). The bytes are the HTTP response's raw bytes when it has no
-    content encoding, else its decoded ``aiter_bytes`` (what the SDK's ``iter_bytes``
-    passes on). ``read_timeout`` covers the wait for the response and every read
-    (:class:`_ReadTimer`). Errors are the SDK's (see the module docstring).
+    every token a resumption; see :func:`_reader` for the bytes). ``read_timeout`` covers
+    the wait for the response and every read (:class:`_ReadTimer`). Errors are the SDK's
+    (see the module docstring).
     """
     timer = _ReadTimer(read_timeout) if read_timeout is not None else None
     request: Any = None
@@ -354,20 +354,20 @@ async def _body(
             request = response.http_request
             http = response.http_response
             encoding = http.headers.get("content-encoding", "identity").strip().lower()
-            body = http.aiter_raw() if encoding == "identity" else http.aiter_bytes()
+            read = _reader(http, encoding)
             while True:
                 if timer is not None:
                     timer.reading()
                 try:
-                    chunk = await anext(body)
-                except StopAsyncIteration:
-                    return
+                    chunk = await read()
                 except openai.APIError:
                     raise
                 except Exception as exc:  # the HTTP library's read / timeout errors
                     raise openai.APIConnectionError(message=str(exc), request=request) from exc
                 if timer is not None:
                     timer.done()
+                if not chunk:
+                    return
                 try:
                     items = feed(chunk)
                 except StreamError as exc:
@@ -377,7 +377,7 @@ async def _body(
                 if decoder.error is not None:
                     raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
                 if decoder.done:
-                    async for _ in body:  # the rest (normally nothing): keeps the connection
+                    while await read():  # the rest (normally nothing): keeps the connection
                         pass
                     return
     except asyncio.CancelledError:
@@ -387,6 +387,31 @@ async def _body(
     finally:
         if timer is not None:
             timer.close()
+
+
+def _reader(http: Any, encoding: str) -> Callable[[], Awaitable[bytes]]:
+    """A function reading the next bytes of the HTTP response ``http`` (``b""`` at its end).
+
+    Its raw bytes when it has no content encoding, else its decoded ``aiter_bytes`` (what
+    the SDK's ``iter_bytes`` passes on). Over the SDK's aiohttp transport
+    (``openai.DefaultAioHttpClient``, the worker's) the raw bytes are read from aiohttp's
+    own stream reader, which httpx's ``aiter_raw`` reaches through three more async
+    generators (httpx's response, its bound stream, the transport's ``iter_chunked``):
+    resumed twice per token each, they cost ``bench/rooms.py``'s worker about 11 µs a
+    token, a quarter of its Python time per token. The reader is found by the attributes
+    the transport keeps (``tests/llm/test_stream.py`` checks that they are there); any
+    other transport reads through ``aiter_raw``.
+    """
+    if encoding == "identity":
+        transport_stream = getattr(getattr(http, "stream", None), "_stream", None)
+        response = getattr(transport_stream, "_aiohttp_response", None)
+        content = getattr(response, "content", None)
+        if isinstance(content, aiohttp.StreamReader):
+            return content.readany
+        body = http.aiter_raw()
+    else:
+        body = http.aiter_bytes()
+    return lambda: anext(body, b"")
 
 
 def chat_delta(payload: dict[str, Any]) -> dict[str, Any] | None:

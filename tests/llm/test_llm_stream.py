@@ -6,13 +6,15 @@ import asyncio
 import gzip
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
+from openai import DefaultAioHttpClient
 
-from alicia.agent.llm.stream import SSEDecoder, stream_deltas
+from alicia.agent.llm.stream import SSEDecoder, _reader, stream_deltas
 from tests.support.chat_server import Handler, body_handler, chunk, sse
 
 BODY = (
@@ -220,3 +222,34 @@ async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> No
     ours, sdks = bodies
     assert ours == sdks
     assert ours["messages"] == messages
+
+
+async def test_the_worker_s_transport_is_read_from_aiohttp_s_reader_and_keeps_its_connection(
+    serve: Any,
+) -> None:
+    """Over the worker's transport (``openai.DefaultAioHttpClient``) the body is read from
+    aiohttp's own stream reader, past httpx's generators (``_reader``): this fails when an
+    upgrade of the SDK moves what it is found by. Either way, a stream read to its end
+    leaves its connection to the next request."""
+    peers: list[Any] = []
+    body = sse(chunk(reasoning="r"), chunk(content="x"))
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
+        return await body_handler(body)(request)
+
+    llm = await serve(handle)
+    streaming = llm.chat.completions.with_streaming_response
+    async with streaming.create(model="m", messages=[], stream=True) as response:
+        read = _reader(response.http_response, "identity")
+        fast = isinstance(getattr(read, "__self__", None), aiohttp.StreamReader)
+        assert fast == isinstance(llm._client, DefaultAioHttpClient)
+        assert b"[DONE]" in b"".join([part async for part in _until_empty(read)])
+    for _ in range(2):
+        assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
+    assert len(peers) == 3 and peers[0] == peers[1] == peers[2], peers
+
+
+async def _until_empty(read: Any) -> Any:
+    while part := await read():
+        yield part
