@@ -42,6 +42,11 @@ from tests.project.bench_runs import result
             ("encode_us", "encrypt_encode_us", "added_us", "floor_us", "ratio"),
         ),
         (
+            "bench/token_path.py",
+            ["--rooms", "3", "--rate", "200", "--trials", "1", "--warmup", "1", "--seconds", "3"],
+            ("us_per_token", "floor_us_per_token", "ratio"),
+        ),
+        (
             "bench/telemetry.py",
             ["--trials", "1", "--turns", "1"],
             ("token_overhead_pct", "step_overhead_us"),
