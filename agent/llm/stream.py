@@ -377,8 +377,7 @@ async def _body(
                 if decoder.error is not None:
                     raise openai.APIError(str(decoder.error), request, body=decoder.error.body)
                 if decoder.done:
-                    while await read():  # the rest (normally nothing): keeps the connection
-                        pass
+                    await _drain(read, timer)
                     return
     except asyncio.CancelledError:
         if timer is not None and timer.timed_out():
@@ -387,6 +386,24 @@ async def _body(
     finally:
         if timer is not None:
             timer.close()
+
+
+async def _drain(read: Callable[[], Awaitable[bytes]], timer: _ReadTimer | None) -> None:
+    """Read the rest of a body after its ``[DONE]`` (normally nothing) so that its
+    connection can serve the next request. The answer is complete by then: a read error,
+    or a wait past the read timeout (a server holding the body open), only costs the
+    connection, which is closed instead of kept."""
+    try:
+        while True:
+            if timer is not None:
+                timer.reading()
+            if not await read():
+                return
+    except asyncio.CancelledError:
+        if timer is None or not timer.timed_out():
+            raise
+    except Exception:
+        return
 
 
 def _reader(http: Any, encoding: str) -> Callable[[], Awaitable[bytes]]:
@@ -399,7 +416,7 @@ def _reader(http: Any, encoding: str) -> Callable[[], Awaitable[bytes]]:
     generators (httpx's response, its bound stream, the transport's ``iter_chunked``):
     resumed twice per token each, they cost ``bench/rooms.py``'s worker about 11 µs a
     token, a quarter of its Python time per token. The reader is found by the attributes
-    the transport keeps (``tests/llm/test_stream.py`` checks that they are there); any
+    the transport keeps (``tests/llm/test_llm_stream.py`` checks that they are there); any
     other transport reads through ``aiter_raw``.
     """
     if encoding == "identity":

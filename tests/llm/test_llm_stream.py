@@ -253,3 +253,40 @@ async def test_the_worker_s_transport_is_read_from_aiohttp_s_reader_and_keeps_it
 async def _until_empty(read: Any) -> Any:
     while part := await read():
         yield part
+
+
+async def test_a_body_held_open_after_done_ends_the_stream_at_the_read_timeout(
+    serve: Any,
+) -> None:
+    """The answer is complete at ``[DONE]``; what follows is read only to keep the
+    connection. A server that holds the body open after it (a reviewer's finding: the
+    read waited for ever) costs the connection, never the answer nor an error."""
+    release = asyncio.Event()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(sse(chunk(content="x")))
+        await release.wait()  # never ends the body by itself
+        return response
+
+    llm = (await serve(handle)).with_options(timeout=0.5)
+    try:
+        async with asyncio.timeout(10):
+            assert await collect(llm) == [{"content": "x"}]
+    finally:
+        release.set()
+
+
+async def test_a_connection_dropped_after_done_loses_nothing(serve: Any) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        response.content_length = 10_000  # promise more, send the whole answer, drop
+        await response.prepare(request)
+        await response.write(sse(chunk(reasoning="r"), chunk(content="x")))
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    llm = await serve(handle)
+    assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
