@@ -150,6 +150,8 @@ class StepSegmenter:
         "_buf",
         "_bytes",
         "_clock",
+        "_due",
+        "_due_known",
         "_last_end",
         "_max_bytes",
         "_max_delay",
@@ -181,6 +183,10 @@ class StepSegmenter:
         self._base = 0
         # (absolute offset where a push started, its clock time), oldest first.
         self._pushes: deque[tuple[int, float]] = deque()
+        # What due() returns, kept until the open step's start or its sentence end
+        # changes (it is asked after every token).
+        self._due: float | None = None
+        self._due_known = True
 
     def push(self, text: str) -> list[str]:
         """Feed reasoning text; return the steps it closes (blank line or size bound)."""
@@ -191,6 +197,8 @@ class StepSegmenter:
         old_base = self._base
         self._pushes.append((old_base + old_len, self._clock()))
         self._buf = old_buf + text
+        if not old_len:  # a new open step: its start time
+            self._due_known = False
         ascii_text = text.isascii()
         self._bytes += len(text) if ascii_text else _utf8_len(text)
         steps: list[str] = []
@@ -229,7 +237,9 @@ class StepSegmenter:
         while start > 0 and buf[start - 1] in _CLOSERS:
             start -= 1
         found = _last_sentence_end(buf, len(buf), max(0, start - 1))
-        self._last_end = found
+        if found:
+            self._last_end = found
+            self._due_known = False
         return steps
 
     def close(self) -> list[str]:
@@ -241,14 +251,16 @@ class StepSegmenter:
 
     def due(self) -> float | None:
         """Clock time by which the open step must be cut; None if nothing is open."""
-        if not self._buf:
-            return None
-        t0 = self._open_since()
-        if self._last_end < 0:
-            self._last_end = _last_sentence_end(self._buf, len(self._buf))
-        if self._last_end:
-            return t0 + self._max_delay
-        return t0 + 2 * self._max_delay
+        if self._due_known:
+            return self._due
+        due: float | None = None
+        if self._buf:
+            t0 = self._open_since()
+            if self._last_end < 0:
+                self._last_end = _last_sentence_end(self._buf, len(self._buf))
+            due = t0 + (self._max_delay if self._last_end else 2 * self._max_delay)
+        self._due, self._due_known = due, True
+        return due
 
     def poll(self) -> list[str]:
         """Cut the open step now if ``due()`` has passed (at a sentence or word boundary)."""
@@ -293,5 +305,6 @@ class StepSegmenter:
         self._buf = stripped
         self._bytes = _utf8_len(stripped)
         self._last_end = -1 if stripped else 0
+        self._due_known = False
         if not self._buf:
             self._pushes.clear()

@@ -7,12 +7,14 @@ SDK's own stream builds a pydantic model per chunk and dumps it back to a dict, 
 ``bench/rooms.py`` measured at ~40% of the worker's Python time with one chunk per step;
 real providers send a chunk per token.
 
-The request's bulky JSON fields (``messages``, ``input``, ``tools``) go to the SDK through
-``extra_body``, which it sends as it is: the SDK otherwise walks every typed request field
-with typing introspection (``async_maybe_transform``), about 6 ms for a history of 41
-messages on the development VM, the worker's largest Python cost per turn in
-``bench/rooms.py``'s profile, and an identity on plain JSON values (the chat and Responses
-parameter types have no aliases or formats). The body sent is the same JSON.
+The request's body fields (``model``, ``messages``, ``input``, ``tools``, every other but
+``stream``) go to the SDK through ``extra_body``, which it sends as it is: the SDK
+otherwise walks every typed request field with typing introspection
+(``async_maybe_transform``), an identity on plain JSON values (the chat and Responses
+parameter types have no aliases or formats) that cost about 6 ms for a history of 41
+messages on the development VM (the worker's largest Python cost per turn in
+``bench/rooms.py``'s profile) and still 100 to 180 µs for ``model`` (a union with a
+literal of every model name) and a few scalars. The body sent is the same JSON.
 
 SSE follows the WHATWG event-stream rules the SDK follows (``data:`` lines joined by
 newlines, blank line ends an event, ``:`` comments, ``[DONE]`` ends the stream). Errors
@@ -44,20 +46,20 @@ __all__ = [
 
 _json = msgspec.json.Decoder()
 
-_AS_IS: Final = ("messages", "input", "tools")
-"""Request fields passed through ``extra_body`` (see the module docstring)."""
+_SDK_OPTIONS: Final = frozenset({"stream", "timeout", "extra_headers", "extra_query", "extra_body"})
+"""Arguments the SDK reads itself; every other one is a body field sent through
+``extra_body`` (see the module docstring)."""
 
 
-def _sent_as_is(params: dict[str, Any], **placeholders: Any) -> dict[str, Any]:
-    """``params`` with the :data:`_AS_IS` fields moved into ``extra_body`` (keys already in
-    ``extra_body`` win, as they would in the SDK); ``placeholders`` fill the SDK's required
-    arguments (``extra_body`` replaces them in the body)."""
-    moved = {key: params[key] for key in _AS_IS if key in params}
-    if not moved:
-        return params
-    out = {key: value for key, value in params.items() if key not in moved}
+def _sent_as_is(params: dict[str, Any], *required: str) -> dict[str, Any]:
+    """``params`` with every body field moved into ``extra_body`` (keys already in
+    ``extra_body`` win, as they would in the SDK); the SDK's ``required`` arguments are
+    passed as ``openai.omit``, which its transform skips (the body has them from
+    ``extra_body``)."""
+    moved = {key: value for key, value in params.items() if key not in _SDK_OPTIONS}
+    out = {key: value for key, value in params.items() if key in _SDK_OPTIONS}
     out["extra_body"] = {**moved, **(params.get("extra_body") or {})}
-    out.update(placeholders)
+    out.update(dict.fromkeys(required, openai.omit))
     return out
 
 
@@ -288,7 +290,7 @@ class _ReadTimer:
     def reading(self) -> None:
         """A read starts (in the current task)."""
         self._since = self._loop.time()
-        self._task = asyncio.current_task()
+        self._task = asyncio.current_task(self._loop)
 
     def done(self) -> None:
         """The read returned."""
@@ -453,7 +455,7 @@ def stream_deltas(
     when there is one, is handed to ``on_usage``.
     """
     decoder = ChatDecoder(on_usage)
-    sent = _sent_as_is(params, messages=[])
+    sent = _sent_as_is(params, "messages", "model")
     read_timeout, timeout = _timeouts(llm, sent)
     opened = llm.chat.completions.with_streaming_response.create(
         stream=True, timeout=timeout, **sent

@@ -246,7 +246,7 @@ async def test_a_summarizer_past_its_timeout_falls_back_to_the_extractive_summar
     spec = llm.spec("deepseek_reasoning_content")
     _, brief, _ = await summarized_turn(
         llm,
-        turn_delay=0.1,
+        turn_delay=0.05,
         summary=Play("plain_no_reasoning", chunk_delay=1.0),
         summary_timeout_s=0.1,
         summary_concurrency=8,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai import DefaultAioHttpClient
 
-from alicia.agent.llm.stream import SSEDecoder, _reader, stream_deltas
+from alicia.agent.llm.stream import SSEDecoder, _reader, stream_deltas, stream_response_deltas
 from tests.support.chat_server import Handler, body_handler, chunk, sse
 
 BODY = (
@@ -182,8 +182,8 @@ async def collect_with(llm: openai.AsyncOpenAI, **params: Any) -> list[dict[str,
 
 
 async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> None:
-    """messages, tools and input go through extra_body (the SDK's request transform walks
-    them slowly and changes nothing): the body received is the same JSON as the SDK's."""
+    """Every body field goes through extra_body (the SDK's request transform walks them
+    slowly and changes nothing): the body received is the same JSON as the SDK's."""
     bodies: list[Any] = []
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -214,6 +214,11 @@ async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> No
         "model": "m",
         "messages": messages,
         "tools": tools,
+        "tool_choice": "auto",
+        "stream_options": {"include_usage": True},
+        "max_completion_tokens": 50,
+        "reasoning_effort": "low",
+        "temperature": 0.2,
         "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
     }
     assert [d async for d in stream_deltas(llm, **params)] == [{"content": "x"}]
@@ -222,6 +227,34 @@ async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> No
     ours, sdks = bodies
     assert ours == sdks
     assert ours["messages"] == messages
+    assert ours["model"] == "m" and ours["stream"] is True and ours["temperature"] == 0.2
+
+
+async def test_a_responses_request_body_is_the_json_the_sdk_would_send(serve: Any) -> None:
+    """The Responses request's fields go through extra_body too: the same JSON as the SDK's."""
+    bodies: list[Any] = []
+    done = {"type": "response.completed", "response": {"usage": {"input_tokens": 1}}}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        return await body_handler(sse(done))(request)
+
+    llm = await serve(handle)
+    params: dict[str, Any] = {
+        "model": "m",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "q"}]}],
+        "instructions": "s",
+        "store": False,
+        "include": ["reasoning.encrypted_content"],
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    }
+    assert [d async for d in stream_response_deltas(llm, **params)] == []
+    async with llm.responses.with_streaming_response.create(stream=True, **params) as r:
+        await r.read()
+    ours, sdks = bodies
+    assert ours == sdks
+    assert ours["input"] == params["input"] and ours["model"] == "m"
 
 
 async def test_the_worker_s_transport_is_read_from_aiohttp_s_reader_and_keeps_its_connection(

@@ -341,3 +341,34 @@ def test_every_character_is_emitted_within_twice_max_delay(
     assert all(s and s == s.strip() and len(s.encode()) <= max_bytes for _, s in emitted)
     for arrived, sent in zip(arrivals, times, strict=True):
         assert sent - arrived <= 2 * max_delay + 1e-9
+
+
+def _fresh_due(segmenter: StepSegmenter) -> float | None:
+    """``due()`` computed from the open step as it is now (the segmenter keeps its own)."""
+    clone = StepSegmenter(max_bytes=24, max_delay=1.0, clock=lambda: 0.0)
+    clone._buf, clone._base = segmenter._buf, segmenter._base
+    clone._pushes = segmenter._pushes.copy()
+    clone._last_end, clone._due_known = -1, False
+    return clone.due()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pushes=st.lists(
+        st.tuples(st.floats(0.0, 0.7), st.lists(_ALPHABET, min_size=1, max_size=6).map("".join)),
+        max_size=40,
+    )
+)
+def test_due_is_always_what_the_open_step_says(pushes: list[tuple[float, str]]) -> None:
+    """The deadline kept between tokens is the one the open step gives when asked afresh,
+    after every push, poll and close."""
+    clock = FakeClock()
+    segmenter = StepSegmenter(max_bytes=24, max_delay=1.0, clock=clock)
+    for gap, text in pushes:
+        clock.now += gap
+        segmenter.poll()
+        assert segmenter.due() == _fresh_due(segmenter)
+        segmenter.push(text)
+        assert segmenter.due() == _fresh_due(segmenter)
+    segmenter.close()
+    assert segmenter.due() is None

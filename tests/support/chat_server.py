@@ -28,14 +28,16 @@ TRANSPORTS = ["aiohttp", "httpx"]
 async def serving_chat(
     transport: str,
 ) -> AsyncIterator[Callable[[Handler], Awaitable[openai.AsyncOpenAI]]]:
-    """Yields a function that starts a one-route HTTP server on 127.0.0.1 for a handler and
-    returns its client (over ``transport``); every server and client is closed on exit."""
+    """Yields a function that starts an HTTP server on 127.0.0.1 answering chat completions
+    and Responses with a handler and returns its client (over ``transport``); every server
+    and client is closed on exit."""
     runners: list[web.AppRunner] = []
     clients: list[openai.AsyncOpenAI] = []
 
     async def start(handler: Handler) -> openai.AsyncOpenAI:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handler)
+        app.router.add_post("/v1/responses", handler)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

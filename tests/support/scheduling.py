@@ -4,7 +4,8 @@ A pytest plugin (``tests/conftest.py`` loads it):
 
 * **The quick tier.** A test that needs a real server (it asks for ``livekit_server``,
   ``postgres_server`` or ``livekit``, or its module says ``pytest.mark.integration``) is
-  marked ``integration``; ``./scripts/test --quick`` runs the rest (``-m "not integration"``).
+  marked ``integration``; ``./scripts/test --quick`` runs the rest (``-m "not integration"``,
+  on 3 workers, ``--dist worksteal``: an idle worker takes tests queued on a busy one).
 * **Parallel workers** (pytest-xdist, ``./scripts/test`` runs ``-n``
   :data:`DEFAULT_WORKERS` ``--dist loadscope``). Each worker has its own livekit-server and
   Postgres (the session fixtures) and picks its loopback ports from a band of its own
