@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 from alicia.agent.rooms.room_loop import RoomLoop, shared_room_loop
+from tests.paths import ROOT
 
 
 class Boom(RuntimeError):
@@ -246,3 +249,50 @@ async def test_a_caller_cancelled_at_once_leaves_nothing_running() -> None:
     assert "slept" not in reached
     assert inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
     assert not rl.running and _alive("rl-cancel-at-once") == []
+
+
+_FREEZE_SCRIPT = """
+import asyncio, gc, weakref
+from alicia.agent.rooms.room_loop import RoomLoop, shared_room_loop
+
+class Node:
+    pass
+
+gc.disable()  # only the room loop's own collection may take the cycle below
+cycle = Node()
+cycle.me = cycle
+alive = weakref.ref(cycle)
+del cycle
+assert gc.get_freeze_count() == 0 and alive() is not None
+
+async def nothing():
+    return 1
+
+async def main():
+    await RoomLoop("rl-own").run(nothing())  # a loop of its own freezes nothing
+    assert gc.get_freeze_count() == 0
+    await shared_room_loop().run(nothing())
+    first = gc.get_freeze_count()
+    await shared_room_loop().run(nothing())  # stopped and started again
+    print(first, gc.get_freeze_count(), alive() is None)
+
+asyncio.run(main())
+"""
+
+
+def test_the_first_start_collects_then_freezes_what_the_process_holds() -> None:
+    """A full collection must not walk the worker's modules and set-up while rooms wait:
+    the process's room loop freezes them at its first start, once, after collecting the
+    garbage there was (a garbage cycle frozen would never be freed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FREEZE_SCRIPT],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    first, later, collected = done.stdout.split()
+    assert int(first) > 10_000  # the interpreter's and the imports' objects
+    assert later == first  # once per process
+    assert collected == "True"
