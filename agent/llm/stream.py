@@ -51,15 +51,21 @@ _SDK_OPTIONS: Final = frozenset({"stream", "timeout", "extra_headers", "extra_qu
 ``extra_body`` (see the module docstring)."""
 
 
-def _sent_as_is(params: dict[str, Any], *required: str) -> dict[str, Any]:
+def _sent_as_is(llm: openai.AsyncOpenAI, params: dict[str, Any], *required: str) -> dict[str, Any]:
     """``params`` with every body field moved into ``extra_body`` (keys already in
-    ``extra_body`` win, as they would in the SDK); the SDK's ``required`` arguments are
-    passed as ``openai.omit``, which its transform skips (the body has them from
-    ``extra_body``)."""
-    moved = {key: value for key, value in params.items() if key not in _SDK_OPTIONS}
-    out = {key: value for key, value in params.items() if key in _SDK_OPTIONS}
+    ``extra_body`` win, as they would in the SDK; a field ``NOT_GIVEN`` or ``omit`` is left
+    out, as the SDK leaves it); the SDK's ``required`` arguments are passed as
+    ``openai.omit``, which its transform skips (the body has them from ``extra_body``).
+    Azure's client builds its URL from the body's ``model``: there it stays an argument."""
+    kept = _SDK_OPTIONS | {"model"} if isinstance(llm, openai.AsyncAzureOpenAI) else _SDK_OPTIONS
+    out = {key: value for key, value in params.items() if key in kept}
+    moved = {
+        key: value
+        for key, value in params.items()
+        if key not in kept and not isinstance(value, openai.NotGiven | openai.Omit)
+    }
     out["extra_body"] = {**moved, **(params.get("extra_body") or {})}
-    out.update(dict.fromkeys(required, openai.omit))
+    out.update({name: openai.omit for name in required if name not in out})
     return out
 
 
@@ -455,7 +461,7 @@ def stream_deltas(
     when there is one, is handed to ``on_usage``.
     """
     decoder = ChatDecoder(on_usage)
-    sent = _sent_as_is(params, "messages", "model")
+    sent = _sent_as_is(llm, params, "messages", "model")
     read_timeout, timeout = _timeouts(llm, sent)
     opened = llm.chat.completions.with_streaming_response.create(
         stream=True, timeout=timeout, **sent
@@ -554,7 +560,7 @@ def stream_response_deltas(
     (:class:`ResponsesReader`)."""
     decoder = PayloadDecoder()
     reader = ResponsesReader(on_usage)
-    sent = _sent_as_is(params)
+    sent = _sent_as_is(llm, params)
 
     def feed(chunk: bytes) -> list[dict[str, Any]]:
         return [delta for event in decoder.feed(chunk) for delta in reader.read(*event)]

@@ -230,6 +230,51 @@ async def test_the_request_body_is_the_json_the_sdk_would_send(serve: Any) -> No
     assert ours["model"] == "m" and ours["stream"] is True and ours["temperature"] == 0.2
 
 
+async def test_a_field_not_given_is_left_out_as_the_sdk_leaves_it(serve: Any) -> None:
+    """``NOT_GIVEN`` and ``omit`` values leave their field out of the body, as the SDK's own
+    transform does."""
+    bodies: list[Any] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        return await body_handler(sse(chunk(content="x")))(request)
+
+    llm = await serve(handle)
+    given = {"temperature": openai.NOT_GIVEN, "top_p": openai.omit, "seed": 7}
+    assert await collect_with(llm, **given) == [{"content": "x"}]
+    assert bodies[0]["seed"] == 7 and "temperature" not in bodies[0] and "top_p" not in bodies[0]
+
+
+async def test_an_azure_client_still_posts_to_its_deployment() -> None:
+    """Azure's client builds its URL from the body's ``model`` (``/deployments/{model}``):
+    with it, ``model`` stays an argument of the SDK."""
+    seen: list[tuple[str, str]] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        seen.append((request.path, (await request.json())["model"]))
+        return await body_handler(sse(chunk(content="x")))(request)
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    llm = openai.AsyncAzureOpenAI(
+        azure_endpoint=f"http://127.0.0.1:{port}",
+        api_key="test",
+        api_version="2024-10-21",
+        max_retries=0,
+    )
+    try:
+        assert [d async for d in stream_deltas(llm, model="m", messages=[])] == [{"content": "x"}]
+    finally:
+        await llm.close()
+        await runner.cleanup()
+    assert seen == [("/openai/deployments/m/chat/completions", "m")]
+
+
 async def test_a_responses_request_body_is_the_json_the_sdk_would_send(serve: Any) -> None:
     """The Responses request's fields go through extra_body too: the same JSON as the SDK's."""
     bodies: list[Any] = []
