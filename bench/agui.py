@@ -129,7 +129,7 @@ async def process(args: list[str], env: dict[str, str], ready: str) -> AsyncIter
     with tempfile.NamedTemporaryFile(prefix="alicia-bench-agui-", suffix=".log") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, *args, env={**os.environ, **env}, cwd=str(ROOT),
-            stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0,
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 60

@@ -209,7 +209,7 @@ async def _worker(console: Console, env: dict[str, str], log: Path) -> AsyncIter
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
-            start_new_session=True,
+            process_group=0,
         )
     console.print(f"  worker          python -m alicia.agent start (pid {proc.pid}, log {log})")
     try:

@@ -5,9 +5,10 @@ request body is read with a limit by :mod:`alicia.agent.bodies`).
   :class:`~.limits.Slot` when the response ends, however it ends. Every write must be
   taken by the connection within ``ALICIA_AGUI_WRITE_TIMEOUT``: a caller that stops
   reading fills the server's buffers (bounded: the run's queue, the connection's write
-  buffer), then its stream is cut and its slot freed. Under ``python -m
-  alicia.agent.agui`` the connection is aborted at once (:class:`AbortableApp`); under
-  another server it is closed once its buffer drains.
+  buffer, the kernel's unsent bytes, :data:`UNSENT_LIMIT`), then its stream is cut and
+  its slot freed. Under ``python -m alicia.agent.agui`` the connection is aborted at
+  once (:class:`AbortableApp`); under another server it is closed once its buffer
+  drains.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Final
 
@@ -32,6 +34,11 @@ logger = logging.getLogger("alicia.agui")
 
 ABORT: Final = "alicia.abort"
 """Scope key of the connection's abort callable, when the server exposes its transport."""
+UNSENT_LIMIT: Final = 128 * 1024
+"""Bytes a TCP connection's kernel buffer may hold unsent (``TCP_NOTSENT_LOWAT``): past
+it the connection stops taking writes, so a caller that stops reading is found stalled
+once this and the server's own write buffer are full, not once Linux's send buffer has
+grown to its limit (4 MiB by default: at a slow stream's pace, minutes)."""
 
 
 class ReaderStalled(Exception):
@@ -97,6 +104,17 @@ class EventResponse(StreamingResponse):
                 await result
 
 
+def _bound_unsent(transport: asyncio.Transport) -> None:
+    """Limit the connection's unsent bytes in the kernel to :data:`UNSENT_LIMIT` (where
+    the platform has ``TCP_NOTSENT_LOWAT``)."""
+    sock = transport.get_extra_info("socket")
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    if sock is None or option is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.IPPROTO_TCP, option, UNSENT_LIMIT)
+
+
 class AbortableApp(Starlette):
     """A Starlette app that lets :class:`EventResponse` abort a stalled connection: it
     puts the connection's ``abort`` in the scope when the server's ``send`` exposes its
@@ -111,6 +129,7 @@ class AbortableApp(Starlette):
         transport = getattr(getattr(send, "__self__", None), "transport", None)
         if isinstance(transport, asyncio.Transport):
             scope[ABORT] = transport.abort
+            _bound_unsent(transport)
 
         async def counted(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -109,7 +109,7 @@ async def running_worker(
                 cwd=str(ROOT),
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
+                process_group=0,
             )
         worker = WorkerProcess(proc, log_path)
         logged = process_logs.started(f"worker {proc.pid} ({mode})", worker.text)

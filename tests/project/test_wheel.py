@@ -138,7 +138,7 @@ async def test_the_example_app_runs_as_agent_py_and_shows_reasoning(
                 env=env,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
+                process_group=0,
             )
         try:
             async with asyncio.timeout(120):

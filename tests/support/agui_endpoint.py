@@ -83,7 +83,7 @@ async def running_agui(
                 cwd=str(ROOT),
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
+                process_group=0,
             )
         printed = ""
         try:

@@ -23,10 +23,12 @@ A pytest plugin (``tests/conftest.py`` loads it):
   heartbeat starved). So the first workers are :data:`LANES`: two take the speech
   modules first, at normal priority; the next the timing modules, at ``nice`` 4; each
   then takes the later lanes' modules and the rest. The other workers take only the
-  rest, at ``nice`` :data:`NICE`, and use what the lanes leave; the modules that load
-  the CPU most (:data:`HEAVY`) start only once no speech module is left
-  (:class:`LaneScheduling`, the ``pytest_xdist_make_scheduler`` hook, on
-  ``--dist loadscope``).
+  rest, at ``nice`` :data:`NICE`, and use what the lanes leave (what a test starts
+  stays in the suite's session, ``process_group=0``: with Linux's autogroups a new
+  session takes a full share of the CPU whatever its niceness,
+  ``tests/project/test_scheduling.py``); the modules that load the CPU most
+  (:data:`HEAVY`) start only once no speech module is left (:class:`LaneScheduling`,
+  the ``pytest_xdist_make_scheduler`` hook, on ``--dist loadscope``).
 * **The order.** Most of the suite waits on real time, so the longest work starts first:
   modules (and groups) in decreasing order of the seconds :data:`DURATIONS` recorded for
   their tests in a full run, a module's tests in their own order (``--no-loadscope-reorder``
@@ -90,7 +92,12 @@ LANES: Final = (
     Lane("speech", ("tests/e2e/voice/", "tests/project/test_bench_speech.py"), 2, 0),
     Lane(
         "timing",
-        ("tests/e2e/failover/", "tests/e2e/browser/", "tests/agui/test_agui_limits.py"),
+        (
+            "tests/e2e/failover/",
+            "tests/e2e/test_client_trust_worker.py",  # takeovers too
+            "tests/e2e/browser/",
+            "tests/agui/test_agui_limits.py",
+        ),
         1,
         4,
     ),

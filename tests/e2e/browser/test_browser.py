@@ -199,7 +199,7 @@ async def test_the_page_the_demo_prints_shows_the_steps(tmp_path: Path) -> None:
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
+        process_group=0,
     )
     assert proc.stdout is not None
     printed: list[str] = []

@@ -167,7 +167,7 @@ async def running_watcher(
         with log_path.open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "alicia.agent.watch", env=full_env, cwd=str(ROOT),
-                stdout=log, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0,
             )  # fmt: skip
         watcher = WatcherProcess(proc, log_path)
         logged = process_logs.started(f"watcher {proc.pid}", watcher.text)

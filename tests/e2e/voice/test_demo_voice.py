@@ -30,7 +30,7 @@ async def test_demo_voice_asks_by_voice_and_records_the_spoken_answer(tmp_path: 
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
+        process_group=0,
     )
     done = asyncio.ensure_future(proc.communicate())
     try:

@@ -1,0 +1,50 @@
+"""The suite's lanes hold: what the tests start shares the suite's session.
+
+With Linux's autogroup scheduling (on by default, and on the CI machine), ``nice`` only
+ranks processes of one session; every new session is a group of its own with a full
+share of the CPU. The lanes (:mod:`tests.support.scheduling`) run the tests past the
+realtime lanes at ``nice`` 10 so that speech and takeovers keep their CPU; a worker, an
+AG-UI endpoint or a watcher started in a new session (``start_new_session=True``) took a
+full share whatever its test's niceness, and the realtime tests missed their time on a
+loaded 2-core machine. They start in a process group of their own instead
+(``process_group=0``: ``killpg`` still stops the whole tree).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.paths import ROOT
+
+FOLDERS = ("tests", "demo", "bench", "alicia", "agent", "scripts")
+
+
+def test_nothing_the_tests_or_the_demo_start_leaves_the_suite_s_session() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for folder in FOLDERS
+        if (ROOT / folder).is_dir()
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if path != ROOT / __file__
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "start_new_session=True" in line or "os.setsid(" in line
+    ]
+    assert not found, found
+
+
+def test_a_process_group_of_its_own_keeps_the_session_and_the_niceness() -> None:
+    code = "import os; print(os.getsid(0), os.getpgid(0), os.getpid(), os.nice(0))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        process_group=0,
+        preexec_fn=lambda: os.nice(3),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    sid, pgid, pid, nice = map(int, done.stdout.split())
+    assert sid == os.getsid(0)  # the same autogroup: niceness ranks it against the others
+    assert pgid == pid  # killpg(pid) reaches it and its children
+    assert nice == os.nice(0) + 3
