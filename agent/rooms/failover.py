@@ -395,7 +395,12 @@ def watch_drain(server: AgentServer) -> None:
 def warm_storage(url: str) -> None:
     """Bring the database to ``head`` once, as the worker starts (call on
     ``worker_started``): Alembic's first run costs a few hundred milliseconds of this
-    process's time, which a takeover of many rooms at once would otherwise wait on."""
+    process's time, which a takeover of many rooms at once would otherwise wait on.
+
+    It runs on a thread of its own, with its own loop: Alembic's imports and migrations
+    are synchronous, and on the worker's loop they held up its first job requests (on a
+    loaded machine past livekit-server's assignment timeout, leaving a room without an
+    agent)."""
 
     async def warm() -> None:
         from alicia.agent.storage.engine import create_engine
@@ -409,7 +414,12 @@ def warm_storage(url: str) -> None:
         finally:
             await engine.dispose()
 
-    task = asyncio.get_running_loop().create_task(warm(), name="alicia-storage-warm")
+    def run() -> None:
+        asyncio.run(warm())
+
+    task = asyncio.get_running_loop().create_task(
+        asyncio.to_thread(run), name="alicia-storage-warm"
+    )
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
 

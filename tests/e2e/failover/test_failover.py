@@ -151,10 +151,19 @@ async def takeover(
                 f"{first.notable()}\n--- the second worker's warnings ---\n{second.notable()}"
                 f"\n--- the second worker's log ---\n{second.log()}"
             ) from exc
-        for _, client, user_id in rooms:
+        for room, client, user_id in rooms:
             # Replayed after the resume, from the log the new agent reads back from the
             # database (10 s was missed twice on a loaded 2-core machine)
-            await client.wait_for(ErrorMessage, within=30, originating_id=user_id)
+            try:
+                await client.wait_for(ErrorMessage, within=30, originating_id=user_id)
+            except TimeoutError:
+                kinds = [(e.stanza_id, type(e.body).__name__) for e in client.box]
+                heard = [(who, len(data)) for who, _, data in client.heard]
+                raise AssertionError(
+                    f"{room}: no ErrorMessage for {user_id}; agents {client.agents}, "
+                    f"resumed {client.resumed}\nbox {kinds}\nheard {heard}\n"
+                    f"--- the second worker ---\n{second.log(tail=30000)}"
+                ) from None
             errors = [b for b in client.of(ErrorMessage) if b.originating_id == user_id]
             kinds = [(e.stanza_id, type(e.body).__name__) for e in client.box]
             assert [(e.code, e.recoverable) for e in errors] == [(503, True)], kinds

@@ -41,7 +41,7 @@ async def voice_worker(
     livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
 ) -> AsyncIterator[WorkerProcess]:
     env = traced(jaeger, SERVICE, ALICIA_VOICE="offline")
-    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+    async with running_worker(livekit_server, llm.base_url, env=env) as w:
         yield w
 
 

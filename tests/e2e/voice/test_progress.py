@@ -102,7 +102,7 @@ async def voice_worker(
     livekit_server: LiveKitServer, llm: RecordedLLM, policy: str
 ) -> AsyncIterator[WorkerProcess]:
     env = voice_env(policy)
-    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+    async with running_worker(livekit_server, llm.base_url, env=env) as w:
         yield w
 
 
@@ -553,7 +553,7 @@ async def test_after_a_tool_round_the_remark_names_the_tool(
         room = f"progress-tool-{new_id('r')}"
         env = voice_env("cue")
         async with (
-            running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as worker,
+            running_worker(livekit_server, llm.base_url, env=env) as worker,
             joined(livekit_server, room, "alice") as r,
         ):
             listener = Listener(r, room)

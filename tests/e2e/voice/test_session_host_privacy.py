@@ -232,7 +232,7 @@ async def test_no_reasoning_on_the_session_host_of_the_workers_voice_rooms(
         "ALICIA_REASONING_VISIBILITY": "none",
     }
     room = f"voice-host-{new_id('r')}"
-    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as worker:
+    async with running_worker(livekit_server, llm.base_url, env=env) as worker:
         eve = await eavesdrop_a_tool_round(livekit_server, llm, room, name)
         log = worker.log(20_000)
     assert list(llm.rejections) == [], log

@@ -65,7 +65,7 @@ async def voice_worker(
     livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> AsyncIterator[WorkerProcess]:
     env = {"ALICIA_VOICE": "offline", "ALICIA_REASONING_VISIBILITY": "none"}
-    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+    async with running_worker(livekit_server, llm.base_url, env=env) as w:
         yield w
 
 

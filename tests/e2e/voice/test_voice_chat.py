@@ -32,7 +32,7 @@ async def test_a_thousand_open_chat_streams_in_a_voice_room_are_refused_as_in_a_
 ) -> None:
     env = {"ALICIA_VOICE": "offline", "ALICIA_LOAD_THRESHOLD": "inf"}
     room = new_id("conv")
-    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+    async with running_worker(livekit_server, llm.base_url, env=env) as w:
         with worker_log_on_failure(w):
             async with (
                 client(livekit_server, room, "vic") as vic,
@@ -58,7 +58,7 @@ async def test_with_the_conventions_off_a_voice_room_reads_no_chat(
     }
     room = new_id("conv")
     spec = llm.spec("plain_no_reasoning")
-    async with running_worker(livekit_server, llm.base_url, env=env, ready_timeout=120) as w:
+    async with running_worker(livekit_server, llm.base_url, env=env) as w:
         with worker_log_on_failure(w):
             async with client(livekit_server, room, "vic") as vic:
                 await vic.handshake()
