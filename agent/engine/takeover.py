@@ -139,10 +139,17 @@ async def _load(store: ConversationStore, conversation_id: str) -> StoredConvers
 
 
 async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
-    """Close a turn the previous agent could not finish (see the module docstring)."""
+    """Close a turn the previous agent could not finish (see the module docstring).
+
+    A streamed answer is marked partial in storage last, after its ErrorMessage is logged:
+    the mark is what tells a later agent the turn is closed, and this agent can be fenced
+    between any two envelopes (two agents dispatched to the room at once, the database
+    slow): marked before the ErrorMessage was logged, the turn was never announced cut
+    to a client that resumed with the next agent."""
     out, cid = session.outbox, session.id
-    if turn.state == "streaming" and turn.answer_id is not None:
-        answer_id = turn.answer_id
+    streamed = turn.state == "streaming" and turn.answer_id is not None
+    if streamed:
+        answer_id = turn.answer_id or ""
         final = AssistantSentence(
             id=new_id(id_prefix.SENTENCE),
             previous_id=answer_id,
@@ -152,6 +159,7 @@ async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
             is_final=True,
         )
         await out.send(final, [], everyone=True)
+        await _announce_cut(session, turn)
         partial = AssistantMessage(
             id=answer_id,
             previous_id=turn.user_id,
@@ -171,13 +179,19 @@ async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
         turn.user_id, turn.user_text, answer_id, turn.answer_text, turn.requester or ""
     )
     session.history.append(exchange)
+    if not streamed:
+        await _announce_cut(session, turn)
+
+
+async def _announce_cut(session: TakeoverHost, turn: StoredTurn) -> None:
+    """Every client gets a recoverable ErrorMessage (503) naming the cut turn's message."""
     body = error_body(
         TurnCut("the agent was replaced while answering: regenerate for the whole answer"),
         id=new_id(id_prefix.ERROR),
-        conversation_id=cid,
+        conversation_id=session.id,
         originating_id=turn.user_id,
     )
-    await out.send(body, [], everyone=True)
+    await session.outbox.send(body, [], everyone=True)
 
 
 async def replay_stored(

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from alicia.agent.engine.outbox import Outbox
 from alicia.agent.engine.sink import SentRecord, StoredConversation, StoredTurn
 from alicia.agent.engine.takeover import restore
 from alicia.agent.engine.turn import Exchange
-from alicia.protocol import ErrorMessage
+from alicia.protocol import AssistantMessage, ErrorMessage
 from tests.support.fakes import MemoryTransport, RecordingSink
 
 CONV = "conv_restore"
@@ -85,3 +87,69 @@ async def test_a_failed_read_is_tried_again_and_the_numbering_goes_on() -> None:
     errors = [e.body for e in sent if isinstance(e.body, ErrorMessage)]
     assert [(b.code, b.originating_id) for b in errors] == [(503, "msg_asked")]
     assert {"msg_asked"} <= host.used
+
+
+class FencedAt:
+    """A tenure that another agent takes at the ``at``-th check (the envelope being sent
+    then is refused by storage, as a fenced agent's writes are)."""
+
+    def __init__(self, at: int, store: RecordingSink) -> None:
+        self.at = at
+        self.store = store
+        self.checks = 0
+        self.durable: int | None = None
+        """How many envelopes were stored before the fence (None: never fenced)."""
+
+    async def held(self) -> bool:
+        self.checks += 1
+        if self.checks >= self.at:
+            if self.durable is None:
+                self.durable = len(self.store.envelopes) - 1
+            return False
+        return True
+
+    @property
+    def taken(self) -> bool:
+        return self.checks >= self.at
+
+    def lose(self) -> None:
+        self.checks = max(self.checks, self.at)
+
+
+STREAMING = StoredConversation(
+    last_stanza=7,
+    turns=(
+        StoredTurn(
+            user_id="msg_asked",
+            user_text="How long for a jammy egg?",
+            answer_id="msg_answer",
+            answer_text="Six and a half",
+            state="streaming",
+            sentences=1,
+            requester="alice",
+        ),
+    ),
+)
+
+
+@pytest.mark.parametrize("fenced_at", [1, 2, 3, 4])
+async def test_a_cut_answer_is_never_stored_closed_without_its_error_message(
+    fenced_at: int,
+) -> None:
+    """Whichever envelope of the close the agent is fenced at, what storage holds either
+    still shows the turn cut (the next agent closes it again) or holds its ErrorMessage
+    too: the client that resumes with the next agent is told to regenerate."""
+    store = FlakyStore(0, STREAMING)
+    outbox = Outbox(CONV, transport=MemoryTransport(), sink=store, keep=16)
+    outbox.store = store
+    tenure = FencedAt(fenced_at, store)
+    outbox.tenure = tenure
+    await restore(Host(CONV, outbox))
+    durable = store.envelopes if tenure.durable is None else store.envelopes[: tenure.durable]
+    bodies = [e.body for e in durable]
+    closed = any(isinstance(b, AssistantMessage) and b.id == "msg_answer" for b in bodies)
+    told = any(isinstance(b, ErrorMessage) and b.originating_id == "msg_asked" for b in bodies)
+    assert told or not closed, [type(b).__name__ for b in bodies]
+    if tenure.durable is None:  # not fenced: all of it, in that order
+        kinds = [type(b).__name__ for b in bodies]
+        assert kinds == ["AssistantSentence", "ErrorMessage", "AssistantMessage"]
