@@ -22,7 +22,14 @@ import base64
 import logging
 from typing import Final, Protocol
 
-from alicia.protocol import AssistantMessage, AssistantSentence, error_body, new_id
+from alicia.protocol import (
+    AssistantMessage,
+    AssistantSentence,
+    ErrorMessage,
+    decode,
+    error_body,
+    new_id,
+)
 from alicia.protocol import ids as id_prefix
 
 from .outbox import MAX_REPLAY_GAP, Outbox, ReplayBudget, ReplayGap, entitled
@@ -38,6 +45,11 @@ logger = logging.getLogger("alicia.conversation")
 RESTORE_WITHIN_S: Final = 10.0
 """How long a takeover tries to read the stored conversation before it serves without it
 (the worst case is unchanged: one read used to wait as long)."""
+ANNOUNCED_WITHIN_S: Final = 2.0
+"""How long a takeover reads the end of the sent log for an earlier agent's notice that
+the turn was cut."""
+_CLOSE_ENVELOPES: Final = 8
+"""Logged envelopes read back for that notice (an interrupted close logs at most three)."""
 
 
 class TakeoverHost(Protocol):
@@ -100,7 +112,7 @@ async def restore(session: TakeoverHost) -> None:
         elif turn is stored.turns[-1]:
             cut = turn
     if cut is not None:
-        await _close_cut(session, cut)
+        await _close_cut(session, cut, stored.last_stanza)
     if stored.last_stanza or stored.turns:
         logger.info(
             "conversation restored",
@@ -138,28 +150,31 @@ async def _load(store: ConversationStore, conversation_id: str) -> StoredConvers
         pause *= 2
 
 
-async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
+async def _close_cut(session: TakeoverHost, turn: StoredTurn, last: int) -> None:
     """Close a turn the previous agent could not finish (see the module docstring).
 
-    A streamed answer is marked partial in storage last, after its ErrorMessage is logged:
-    the mark is what tells a later agent the turn is closed, and this agent can be fenced
-    between any two envelopes (two agents dispatched to the room at once, the database
-    slow): marked before the ErrorMessage was logged, the turn was never announced cut
-    to a client that resumed with the next agent."""
+    The turn's ErrorMessage is logged before the partial AssistantMessage that marks it
+    closed (a later agent reads the mark as "closed"), and is not sent again when an
+    earlier agent's is in the log already (``last``: the last logged stanza): an agent can
+    be fenced between any two envelopes (two agents dispatched to a room at once, the
+    database slow), and the next one then closes the turn again. Before, an agent fenced
+    between the mark and the ErrorMessage left a turn closed that no client was told to
+    regenerate."""
     out, cid = session.outbox, session.id
-    streamed = turn.state == "streaming" and turn.answer_id is not None
-    if streamed:
-        answer_id = turn.answer_id or ""
-        final = AssistantSentence(
-            id=new_id(id_prefix.SENTENCE),
-            previous_id=answer_id,
-            conversation_id=cid,
-            sequence=turn.sentences + 1,
-            text="",
-            is_final=True,
-        )
-        await out.send(final, [], everyone=True)
-        await _announce_cut(session, turn)
+    announced = await _announced(session, turn, last)
+    if turn.state == "streaming" and turn.answer_id is not None:
+        answer_id = turn.answer_id
+        if not announced:
+            final = AssistantSentence(
+                id=new_id(id_prefix.SENTENCE),
+                previous_id=answer_id,
+                conversation_id=cid,
+                sequence=turn.sentences + 1,
+                text="",
+                is_final=True,
+            )
+            await out.send(final, [], everyone=True)
+            await _announce_cut(session, turn)
         partial = AssistantMessage(
             id=answer_id,
             previous_id=turn.user_id,
@@ -169,6 +184,8 @@ async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
         )
         await out.send(partial, [])  # stored only: the answer is marked partial
     else:
+        if not announced:
+            await _announce_cut(session, turn)
         answer_id = new_id(id_prefix.MESSAGE)
         session.remember(answer_id)
         partial = AssistantMessage(
@@ -179,8 +196,36 @@ async def _close_cut(session: TakeoverHost, turn: StoredTurn) -> None:
         turn.user_id, turn.user_text, answer_id, turn.answer_text, turn.requester or ""
     )
     session.history.append(exchange)
-    if not streamed:
-        await _announce_cut(session, turn)
+
+
+async def _announced(session: TakeoverHost, turn: StoredTurn, last: int) -> bool:
+    """An earlier agent's TurnCut ErrorMessage for ``turn`` is among the last logged
+    envelopes (it was fenced before it stored the mark). Unknown (the log cannot be read
+    in time): False, as a second notice is better than none."""
+    store = session.outbox.store
+    if store is None:
+        return False
+    try:
+        async with asyncio.timeout(ANNOUNCED_WITHIN_S):
+            records = await store.sent_after(
+                session.id, max(0, last - _CLOSE_ENVELOPES), limit=_CLOSE_ENVELOPES
+            )
+    except Exception:
+        return False
+    for record in records:
+        if record.data is None:  # sealed: a step rendition, never an ErrorMessage
+            continue
+        try:
+            body = decode(record.data).body
+        except Exception:
+            continue
+        if (
+            isinstance(body, ErrorMessage)
+            and body.originating_id == turn.user_id
+            and body.code == TurnCut.code
+        ):
+            return True
+    return False
 
 
 async def _announce_cut(session: TakeoverHost, turn: StoredTurn) -> None:

@@ -9,15 +9,17 @@ the old agent left unfinished was never closed.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
 
 from alicia.agent.engine.outbox import Outbox
+from alicia.agent.engine.participants import TurnCut
 from alicia.agent.engine.sink import SentRecord, StoredConversation, StoredTurn
 from alicia.agent.engine.takeover import restore
 from alicia.agent.engine.turn import Exchange
-from alicia.protocol import AssistantMessage, ErrorMessage
+from alicia.protocol import AssistantMessage, ErrorMessage, encode, envelope, error_body
 from tests.support.fakes import MemoryTransport, RecordingSink
 
 CONV = "conv_restore"
@@ -132,14 +134,15 @@ STREAMING = StoredConversation(
 )
 
 
+@pytest.mark.parametrize("stored", [STREAMING, STORED], ids=["streamed", "never_began"])
 @pytest.mark.parametrize("fenced_at", [1, 2, 3, 4])
-async def test_a_cut_answer_is_never_stored_closed_without_its_error_message(
-    fenced_at: int,
+async def test_a_cut_turn_is_never_stored_closed_without_its_error_message(
+    stored: StoredConversation, fenced_at: int
 ) -> None:
     """Whichever envelope of the close the agent is fenced at, what storage holds either
     still shows the turn cut (the next agent closes it again) or holds its ErrorMessage
     too: the client that resumes with the next agent is told to regenerate."""
-    store = FlakyStore(0, STREAMING)
+    store = FlakyStore(0, stored)
     outbox = Outbox(CONV, transport=MemoryTransport(), sink=store, keep=16)
     outbox.store = store
     tenure = FencedAt(fenced_at, store)
@@ -147,9 +150,39 @@ async def test_a_cut_answer_is_never_stored_closed_without_its_error_message(
     await restore(Host(CONV, outbox))
     durable = store.envelopes if tenure.durable is None else store.envelopes[: tenure.durable]
     bodies = [e.body for e in durable]
-    closed = any(isinstance(b, AssistantMessage) and b.id == "msg_answer" for b in bodies)
+    closed = any(isinstance(b, AssistantMessage) and b.previous_id == "msg_asked" for b in bodies)
     told = any(isinstance(b, ErrorMessage) and b.originating_id == "msg_asked" for b in bodies)
     assert told or not closed, [type(b).__name__ for b in bodies]
     if tenure.durable is None:  # not fenced: all of it, in that order
         kinds = [type(b).__name__ for b in bodies]
-        assert kinds == ["AssistantSentence", "ErrorMessage", "AssistantMessage"]
+        streamed = stored is STREAMING
+        assert kinds == ["AssistantSentence"] * streamed + ["ErrorMessage", "AssistantMessage"]
+
+
+class LoggedStore(FlakyStore):
+    """A store whose sent log ends with ``records``."""
+
+    def __init__(self, stored: StoredConversation, records: list[SentRecord]) -> None:
+        super().__init__(0, stored)
+        self.records = records
+
+    async def sent_after(self, conversation_id: str, after: int, *, limit: int) -> list[SentRecord]:
+        return [r for r in self.records if r.stanza > after][:limit]
+
+
+@pytest.mark.parametrize("stored", [STREAMING, STORED], ids=["streamed", "never_began"])
+async def test_an_earlier_agent_s_notice_is_not_sent_again(stored: StoredConversation) -> None:
+    """The agent before was fenced after it logged the turn's ErrorMessage, before its mark:
+    this one stores the mark and sends no second notice (nor a second final sentence)."""
+    notice = error_body(
+        TurnCut("replaced"), id="err_before", conversation_id=CONV, originating_id="msg_asked"
+    )
+    logged = encode(envelope(notice, stanza_id=-8, conversation_id=CONV))
+    store = LoggedStore(
+        dataclasses.replace(stored, last_stanza=8), [SentRecord(8, None, None, logged)]
+    )
+    outbox = Outbox(CONV, transport=MemoryTransport(), sink=store, keep=16)
+    outbox.store = store
+    await restore(Host(CONV, outbox))
+    kinds = [type(e.body).__name__ for e in store.envelopes]
+    assert kinds == ["AssistantMessage"]

@@ -99,8 +99,8 @@ LANES: Final = (
             "tests/agui/test_agui_limits.py",
         ),
         1,
-        0,  # at 4 (with nice now applied, see below) the lease heartbeats of its workers
-        # (a 1.5 s timeout) starved beside the speech lanes: rooms moved before the kill
+        0,  # at 4 (once nice applied to its workers: process_group, above) the lease
+        # heartbeats of its workers (a 1.5 s timeout) starved beside the speech lanes
     ),
 )
 """The realtime lanes, first workers first (``gw0``, ``gw1`` speech, ``gw2`` timing)."""
