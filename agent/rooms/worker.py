@@ -92,10 +92,17 @@ def _room_load(server: AgentServer, *, max_rooms: int) -> float:
 
 
 def _prewarm_offline_speech(proc: JobProcess) -> None:
-    """A job process's prewarm: the VAD and the recognizer, before a room is assigned."""
+    """A job process's prewarm, before a room is assigned: the VAD and the recognizer, and
+    the modules its first voice turn would import on the room's loop (the voice room, the
+    ``openai`` SDK's stream types: 0.2 s and more on a loaded machine, late enough there
+    for a progress remark to start before an answer that was ready in time)."""
+    import importlib
+
     from alicia.agent.speech import prewarm
 
     prewarm()
+    for module in (f"{__package__}.voice_agent", "openai.lib.streaming.chat"):
+        importlib.import_module(module)
 
 
 @functools.cache

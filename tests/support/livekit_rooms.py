@@ -89,8 +89,10 @@ class ProtocolClient:
             self.box.append(decode(packet.data))
             self._event.set()
 
-    async def wait_for_agent(self) -> None:
-        async with asyncio.timeout(30):
+    async def wait_for_agent(self, within: float = 90.0) -> None:
+        """Until an agent is in the room (a precondition, not a promise: a voice app's first
+        job, at nice 10 beside the realtime lanes, took over 30 s to join)."""
+        async with asyncio.timeout(within):
             while not self.agent:
                 for p in self.room.remote_participants.values():
                     if p.kind == rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:

@@ -53,6 +53,13 @@ from tests.support.db import fetch, new_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
+LEASE = {"ALICIA_HEARTBEAT_TIMEOUT": "4"}
+"""The workers' and the watcher's lease timeout here (1.5 s by default): these tests count
+the takeovers the fault makes, and at 1.5 s a loaded 2-core machine (the suite's first
+minute: every worker starting its servers) starved the first worker's renewals and moved
+rooms before the kill. Detection within the default is the stall tests' promise
+(``test_failover_faults.py``)."""
+
 LLM_STREAMS = "shared"  # llm (tests/conftest.py): the streams of tests/streams only
 LLM_OPTIONS = {"chunk_delay": 0.02}  # paced: a turn takes about 7 s
 
@@ -121,10 +128,11 @@ async def takeover(
     restart_watcher: bool,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "failover")
-    env = worker_env(url)
+    env = worker_env(url, **LEASE)
     spec = llm.spec(STREAM)
     async with contextlib.AsyncExitStack() as stack:
-        watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        watching = running_watcher(livekit, url, port=watch_port, env=LEASE)
+        watcher = await stack.enter_async_context(watching)
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM)
         olds = {c.agent for _, c, _ in rooms}
@@ -135,7 +143,7 @@ async def takeover(
             watcher.kill()
             await asyncio.sleep(1.0)
             watcher = await stack.enter_async_context(
-                running_watcher(livekit, url, port=watch_port)
+                running_watcher(livekit, url, port=watch_port, env=LEASE)
             )
         try:
             for _, client, user_id in rooms:
@@ -217,11 +225,11 @@ async def test_a_client_that_missed_more_than_the_ring_resumes_from_the_database
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "replay")
-    env = worker_env(url, ALICIA_REPLAY_KEEP="3", ALICIA_REPLAY_MAX_BYTES="1000000")
+    env = worker_env(url, ALICIA_REPLAY_KEEP="3", ALICIA_REPLAY_MAX_BYTES="1000000", **LEASE)
     spec = llm.spec(STREAM)
     room = new_id("conv")
     async with (
-        running_watcher(livekit, url, port=watch_port),
+        running_watcher(livekit, url, port=watch_port, env=LEASE),
         running_worker(livekit, llm.base_url, env=env),
         following_client(livekit, room, "alice") as alice,
         following_client(livekit, room, "bob") as bob,
@@ -259,10 +267,11 @@ async def test_sigterm_during_a_turn_finishes_it_and_the_room_moves(
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "drain")
-    env = worker_env(url, ALICIA_DRAIN_TURN_TIMEOUT="90")  # the turn: about 35 s
+    env = worker_env(url, ALICIA_DRAIN_TURN_TIMEOUT="90", **LEASE)  # the turn: about 35 s
     spec = llm.spec(STREAM)
     async with contextlib.AsyncExitStack() as stack:
-        watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        watching = running_watcher(livekit, url, port=watch_port, env=LEASE)
+        watcher = await stack.enter_async_context(watching)
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         [(_, client, user_id)] = await rooms_mid_turn(livekit, llm, stack, 1, STREAM)
         old = client.agent
@@ -295,11 +304,11 @@ async def test_a_forged_agent_identity_is_never_trusted_and_the_room_gets_an_age
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "forged")
-    env = worker_env(url)
+    env = worker_env(url, **LEASE)
     spec = llm.spec(STREAM)
     room = new_id("conv")
     async with (
-        running_watcher(livekit, url, port=watch_port),
+        running_watcher(livekit, url, port=watch_port, env=LEASE),
         running_worker(livekit, llm.base_url, env=env),
         following_client(livekit, room, "alice") as alice,
     ):
