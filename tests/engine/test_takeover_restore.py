@@ -118,20 +118,19 @@ class FencedAt:
         self.checks = max(self.checks, self.at)
 
 
-STREAMING = StoredConversation(
-    last_stanza=7,
+STREAMING = dataclasses.replace(
+    STORED,
     turns=(
-        StoredTurn(
-            user_id="msg_asked",
-            user_text="How long for a jammy egg?",
+        dataclasses.replace(
+            STORED.turns[0],
             answer_id="msg_answer",
             answer_text="Six and a half",
             state="streaming",
             sentences=1,
-            requester="alice",
         ),
     ),
 )
+"""The same turn, its answer begun and cut."""
 
 
 @pytest.mark.parametrize("stored", [STREAMING, STORED], ids=["streamed", "never_began"])
