@@ -398,9 +398,12 @@ async def rooms_mid_turn(
     stack: contextlib.AsyncExitStack,
     n: int,
     stream: str,
+    *,
+    pace: float = 0.1,
 ) -> list[tuple[str, FollowingClient, str]]:
     """``n`` rooms, each with a client whose question (recorded ``stream``, slowed
-    down) is being answered: a step in. (room, client, user message id) each."""
+    down to ``pace`` seconds a chunk: at 0.1 about 35 s) is being answered: a step in.
+    (room, client, user message id) each."""
     spec = llm.spec(stream)
     out = []
     for i in range(n):
@@ -410,7 +413,7 @@ async def rooms_mid_turn(
     for _, client, _ in out:
         await client.wait_for_agent(30)
         await client.handshake()
-    llm.script(*[Play(stream, chunk_delay=0.1)] * n)  # about 35 s: still running at the kill
+    llm.script(*[Play(stream, chunk_delay=pace)] * n)
     asked = []
     for room, client, _ in out:
         asked.append((room, client, await client.ask(spec.user)))

@@ -134,9 +134,13 @@ async def takeover(
         watching = running_watcher(livekit, url, port=watch_port, env=LEASE)
         watcher = await stack.enter_async_context(watching)
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
-        rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM)
+        # Paced to about 90 s: the second worker's start took long enough on a loaded
+        # machine for 35 s turns to end before the kill (no turn cut, no ErrorMessage).
+        rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM, pace=0.25)
         olds = {c.agent for _, c, _ in rooms}
         second = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
+        ended = [room for room, c, user_id in rooms if c.turn_ended(user_id)]
+        assert not ended, f"turns over before the kill (not a takeover's test): {ended}"
         kill(first)
         if restart_watcher:
             await asyncio.sleep(0.5)
