@@ -175,9 +175,10 @@ class TokenBucket:
         self._clock = clock
         self._last = clock()
 
-    def take(self) -> bool:
-        """Spend one token if there is one; False means over the limit."""
-        now = self._clock()
+    def take(self, at: float | None = None) -> bool:
+        """Spend one token if there is one; False means over the limit. ``at``: when the
+        spending happened on the bucket's clock (default: now; never before the last)."""
+        now = self._clock() if at is None else max(at, self._last)
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
         self._last = now
         if self._tokens >= 1.0:

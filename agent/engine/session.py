@@ -70,6 +70,7 @@ from alicia.protocol import (
 from alicia.protocol import AudioChunk as _AudioChunk
 from alicia.protocol import ids as id_prefix
 
+from .data_key import DataKeyLoader
 from .observer import AnswerObserver
 from .options import EngineOptions
 from .outbox import Outbox, ReplayBudget, ReplayGap
@@ -97,7 +98,6 @@ __all__ = ["ProtocolSession", "ReplayGap"]
 
 logger = logging.getLogger("alicia.conversation")
 
-_KEY_TIMEOUT_S: Final = 5.0
 _FROM_CLIENTS: Final = (
     Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
     _AudioChunk, ErrorMessage, UnknownBody,
@@ -138,7 +138,9 @@ class ProtocolSession:
         """Seals with the conversation's data key once loaded, else the master key."""
         self.data_sealer: ReasoningSealer | None = None
         """Seals with the conversation's own data key (from ``keys``), if there is one."""
-        self._keys = keys
+        self._key_loader = (
+            None if keys is None else DataKeyLoader(keys, conversation_id, self._use_data_key)
+        )
         self.steps = StepTracker(max_chains=STEP_CHAINS)
         """``stepIndex`` chains of this conversation (shared by every turn)."""
         self.participants: dict[str, Participant] = {}
@@ -182,7 +184,8 @@ class ProtocolSession:
     async def run(self) -> None:
         """Serve the room until the transport ends, then stop every task."""
         try:
-            await self.load_data_key()
+            if self._key_loader is not None and not await self._key_loader.load():
+                self._key_loader.retry(self.tasks)
             await restore(self)
             async for item in self._transport:
                 if isinstance(item, Left | Regranted):
@@ -213,22 +216,13 @@ class ProtocolSession:
             await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
 
-    async def load_data_key(self) -> None:
+    async def load_data_key(self) -> bool:
         """Fetch (or make) this conversation's data key; without one, nothing is sealed
-        with it (and under ZDR no step is stored)."""
-        if self._keys is None or self.data_sealer is not None:
-            return
-        try:
-            async with asyncio.timeout(_KEY_TIMEOUT_S):
-                key = await self._keys.data_key(self.id)
-        except Exception:
-            logger.exception("data key unavailable", extra={"conversation": self.id})
-            return
-        if key is None:
-            logger.warning(
-                "data key erased: reasoning is not stored", extra={"conversation": self.id}
-            )
-            return
+        with it (and under ZDR no step is stored). False: the key store failed, so trying
+        again (:class:`~.data_key.DataKeyLoader`) may get it."""
+        return self._key_loader is None or await self._key_loader.load()
+
+    def _use_data_key(self, key: bytes) -> None:
         # Seals with the data key; also opens what a run sealed with the master keys
         # while it could not load this key (a key store hiccup).
         master = list(self.options.reasoning_keys or ())
@@ -359,7 +353,7 @@ class ProtocolSession:
             self.refuse("from_agent", packet.sender)
             return
         p = self.participant(packet.sender, packet.peer)
-        if not p.packets.take():
+        if not p.packets.take(packet.received_at):
             await self.error(p, Overloaded("too many packets: slow down"))
             return
         if len(packet.data) > MAX_PACKET_BYTES:

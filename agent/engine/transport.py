@@ -16,6 +16,7 @@ Using a closed transport, or opening one twice, raises ``RuntimeError``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -70,6 +71,9 @@ class Packet:
     data: bytes
     peer: Peer = UNKNOWN_PEER
     """The sender as the front end knows it (kind, attributes, permissions)."""
+    received_at: float = field(default_factory=time.monotonic)
+    """``time.monotonic()`` when the front end received it: the packet rate limit counts
+    packets as they arrived, however late a busy conversation reads them."""
 
 
 @dataclass(frozen=True, slots=True)

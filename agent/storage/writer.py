@@ -516,8 +516,13 @@ class StorageWriter:
                     await self._persist_inflight()
                 if self._out_of_time():
                     return False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), delay)
+                if self._closing.is_set():  # the last tries before the deadline, paced
+                    assert self._deadline is not None
+                    pace = min(delay, self.options.retry_initial_s)
+                    await asyncio.sleep(min(pace, self._deadline - time.monotonic()))
+                else:  # closing cuts the wait short: one more try at once
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), delay)
                 if self._closing.is_set() and self._out_of_time():
                     return False
                 delay = min(delay * 2, self.options.retry_max_s)

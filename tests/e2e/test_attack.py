@@ -92,7 +92,7 @@ async def test_a_shared_room_nobody_can_hijack(
         "DATABASE_URL": url,
         "HOME": str(tmp_path / "home"),
         "ALICIA_LOAD_THRESHOLD": "inf",
-        "ALICIA_ERROR_BURST": "60",  # so every refusal is seen (the rate limit has its own test)
+        "ALICIA_ERROR_BURST": "400",  # so every refusal is seen (the rate limit has its own test)
         "ALICIA_STEP_MAX_DELAY": "5",
     }
     if source == "agent_session":

@@ -125,6 +125,7 @@ async def test_steps_spilled_during_an_outage_hold_no_plaintext_either(
                             if len(rows) == n:
                                 break
                             await asyncio.sleep(0.2)
+                        assert len(rows) == n, w.log(30_000)  # the data key exists now
                         await asyncio.to_thread(postgres_server.pause)
                         paused = True
             # Closing the room ends the conversation: its writer gives the database one

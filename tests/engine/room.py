@@ -17,6 +17,7 @@ from typing import Any
 import openai
 
 from alicia.agent.engine.conversation import Conversation
+from alicia.agent.engine.sealing import DataKeys
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.engine.transport import Peer
 from alicia.agent.settings import Settings
@@ -61,9 +62,13 @@ class Room:
 
 @contextlib.asynccontextmanager
 async def room(
-    llm: RecordedLLM, sink: RecordingSink | None = None, **changes: Any
+    llm: RecordedLLM,
+    sink: RecordingSink | None = None,
+    keys: DataKeys | None = None,
+    **changes: Any,
 ) -> AsyncIterator[Room]:
-    """A running Conversation; on exit the transport closes and the run task ends."""
+    """A running Conversation (with data keys from ``keys``); on exit the transport
+    closes and the run task ends."""
     settings = settings_for(llm, **changes)
     transport = MemoryTransport()
     sink = sink or RecordingSink()
@@ -75,6 +80,7 @@ async def room(
         sink=sink,
         llm=client,
         tools=default_tools(),
+        keys=keys,
     )
     task = asyncio.create_task(conversation.run())
     try:

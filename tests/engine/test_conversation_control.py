@@ -273,6 +273,34 @@ async def test_flood_is_rate_limited_and_errors_are_limited_too(llm: RecordedLLM
     assert of(a, ErrorMessage) == []
 
 
+async def test_a_flood_is_counted_as_it_arrived_however_slowly_it_is_read(
+    llm: RecordedLLM,
+) -> None:
+    """25 packets that arrived at one instant, read one every 10 ms (a busy conversation's
+    pace, faster than the 100/s refill would allow): 20 are still refused."""
+    async with room(llm, rate_per_s=100.0, rate_burst=5, error_burst=100) as r:
+        mallory = r.client("mallory")
+        await handshake(mallory)
+        await asyncio.sleep(0.1)  # the handshake's token back
+        arrived = time.monotonic()
+        for _ in range(25):
+            body = Commentary(
+                id=new_id("cmt"),
+                conversation_id=CONV,
+                target_id=None,
+                author_role="user",
+                content="spam",
+            )
+            data = encode(envelope(body, stanza_id=mallory.counter.next(), conversation_id=CONV))
+            r.transport.deliver("mallory", data, mallory.peer, at=arrived)
+            await asyncio.sleep(0.01)
+        box = await mallory.wait_for(lambda box: len(of(box, ErrorMessage)) >= 20)
+        await asyncio.sleep(0.1)
+        box = mallory.inbox()
+    assert [e.code for e in of(box, ErrorMessage)] == [504] * 20
+    assert len(of(box, Acknowledgement)) == 5  # the burst, then nothing
+
+
 async def test_a_full_queue_answers_504(llm: RecordedLLM) -> None:
     async with room(llm, queue_size=1) as r:
         alice = r.client("alice")

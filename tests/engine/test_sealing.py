@@ -3,6 +3,7 @@ and typed refusals for anything changed (the AG-UI endpoint will receive them ba
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from alicia.agent.engine.sealing import KeyConfigError, ReasoningSealer, SealError, parse_keys
 from alicia.agent.settings import Settings, SettingsError
+from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ReasoningStep, encode, envelope
 
 K1, K2 = bytes(range(32)), bytes(range(32, 64))
@@ -186,6 +188,37 @@ async def test_a_value_sealed_during_a_key_store_hiccup_opens_in_the_next_run() 
         opener = session.sealer
     assert [header(v)["kid"] for v in values] == ["m1", "data:conv_x"]
     assert [opener.open(v, "conv_x", knd="step", ref="rs_1") for v in values] == ["a step"] * 2
+
+
+async def test_under_zdr_a_key_store_down_as_the_room_starts_is_tried_again(
+    llm: RecordedLLM,
+) -> None:
+    """The data key could not be had as the conversation started: it is fetched again in
+    the background, and the next turn's steps are stored, sealed with it."""
+    from tests.engine.room import CONV as ROOM
+    from tests.engine.room import final_sentence, handshake, room, user_message
+    from tests.support.fakes import RecordingSink
+
+    keys = _FlakyKeyStore(bytes(range(1, 33)))
+    sink = RecordingSink()
+    spec = llm.spec("deepseek_reasoning_content")
+    master = tuple(parse_keys(f"m1={b64(bytes(range(32)))}"))
+    async with room(llm, sink, keys, zdr=True, reasoning_keys=master) as r:
+        alice = r.client("alice")
+        await handshake(alice)
+        for _ in range(100):  # the first try failed; the next comes 0.5 s later
+            if keys.calls >= 2:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
+        llm.script("deepseek_reasoning_content")
+        alice.send(user_message(spec.user))
+        await alice.wait_for(final_sentence)
+    stored = [e.body for e in sink.envelopes if isinstance(e.body, ReasoningStep)]
+    assert len(stored) == len(spec.steps) and all(s.content == "" for s in stored)
+    opener = ReasoningSealer([("data:" + ROOM, keys.key)])
+    opened = [opener.open(s.encrypted_value, ROOM, knd="step", ref=s.id) for s in stored]
+    assert opened == list(spec.steps)
 
 
 def test_a_value_is_bound_to_its_use_message_and_caller() -> None:

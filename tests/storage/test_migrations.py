@@ -3,8 +3,10 @@ and the models in ``agent/storage/tables.py`` matching what the migrations build
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import event, inspect, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
 from alicia.agent.storage.engine import VERSION_TABLE, create_engine
@@ -165,11 +167,40 @@ async def test_a_slow_migration_is_not_ended_by_the_idle_transaction_timeout(
                 time.sleep(0.3)
 
         event.listen(engine.sync_engine, "before_cursor_execute", busy)
-        await migrate_once(engine)
+        await migrate(engine)
     finally:
         await engine.dispose()
     assert statements > 5
     assert (await schema(url))["tables"] == set(TABLE_NAMES)
+
+
+async def test_migrate_once_keeps_off_the_callers_loop_and_outlives_a_cancelled_caller(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    """On PostgreSQL, Alembic's synchronous work runs on a thread of its own (not on the
+    loop of the room that first opens the database), and a caller that gives up (the data
+    key's time limit) leaves it running for the next."""
+    empty_url = await new_database("postgres", postgres_server, tmp_path, "migr_once")
+    threads: set[int] = set()
+
+    def seen(*_: Any) -> None:
+        threads.add(threading.get_ident())
+
+    event.listen(Engine, "before_cursor_execute", seen)
+    engine = create_engine(empty_url, pooled=False)
+    try:
+        first = asyncio.create_task(migrate_once(engine))
+        await asyncio.sleep(0)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        async with asyncio.timeout(60):
+            await migrate_once(engine)
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+        await engine.dispose()
+    assert threads and threading.get_ident() not in threads
+    assert (await schema(empty_url))["tables"] == set(TABLE_NAMES)
 
 
 async def test_upgrade_and_downgrade_on_a_populated_database(

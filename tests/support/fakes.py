@@ -58,9 +58,13 @@ class MemoryTransport:
             self._handler(item)
         self._changed.set()
 
-    def deliver(self, sender: str, data: bytes, peer: Peer = UNKNOWN_PEER) -> None:
-        """A packet from ``sender`` (as the front end knows it: ``peer``) arrives."""
-        self._queue.put_nowait(Packet(sender, data, peer))
+    def deliver(
+        self, sender: str, data: bytes, peer: Peer = UNKNOWN_PEER, *, at: float | None = None
+    ) -> None:
+        """A packet from ``sender`` (as the front end knows it: ``peer``) arrives (``at``:
+        its ``received_at``, default now)."""
+        packet = Packet(sender, data, peer) if at is None else Packet(sender, data, peer, at)
+        self._queue.put_nowait(packet)
 
     def leave(self, identity: str) -> None:
         """``identity`` leaves the room."""

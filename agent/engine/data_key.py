@@ -1,0 +1,72 @@
+"""A conversation's own data key: fetched (made on first use) as the conversation starts,
+and fetched again in the background while the key store cannot give it.
+
+A key store that is slow or briefly away as a room starts must not leave the whole
+conversation without its key: under zero data retention no step would be stored for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from .sealing import DataKeys
+
+__all__ = ["KEY_TIMEOUT_S", "DataKeyLoader"]
+
+logger = logging.getLogger("alicia.conversation")
+
+KEY_TIMEOUT_S: Final = 5.0
+"""How long one try may take."""
+_RETRY_S: Final = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
+"""Waits between tries after a failed one; the last repeats."""
+
+
+class DataKeyLoader:
+    """Fetches the data key of ``conversation_id`` from ``keys``; ``on_key`` gets it once."""
+
+    def __init__(
+        self, keys: DataKeys, conversation_id: str, on_key: Callable[[bytes], None]
+    ) -> None:
+        """Nothing is fetched until :meth:`load`."""
+        self._keys = keys
+        self._id = conversation_id
+        self._on_key = on_key
+        self.done = False
+        """The key was handed over, or it was erased: nothing more to fetch."""
+
+    async def load(self) -> bool:
+        """One try; False if the key store failed (or took over :data:`KEY_TIMEOUT_S`)."""
+        if self.done:
+            return True
+        try:
+            async with asyncio.timeout(KEY_TIMEOUT_S):
+                key = await self._keys.data_key(self._id)
+        except Exception:
+            logger.exception("data key unavailable", extra={"conversation": self._id})
+            return False
+        self.done = True
+        if key is None:
+            logger.warning(
+                "data key erased: reasoning is not stored", extra={"conversation": self._id}
+            )
+        else:
+            self._on_key(key)
+        return True
+
+    def retry(self, tasks: set[asyncio.Task[Any]]) -> None:
+        """Keep trying in a background task added to ``tasks`` (its owner cancels it)."""
+
+        async def again() -> None:
+            for attempt in itertools.count():
+                await asyncio.sleep(_RETRY_S[min(attempt, len(_RETRY_S) - 1)])
+                if await self.load():
+                    logger.info("data key loaded", extra={"conversation": self._id})
+                    return
+
+        task = asyncio.create_task(again(), name="alicia-data-key")
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
