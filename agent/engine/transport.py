@@ -71,7 +71,7 @@ class Packet:
     data: bytes
     peer: Peer = UNKNOWN_PEER
     """The sender as the front end knows it (kind, attributes, permissions)."""
-    received_at: float = field(default_factory=time.monotonic)
+    received_at: float = field(default_factory=time.monotonic, compare=False)
     """``time.monotonic()`` when the front end received it: the packet rate limit counts
     packets as they arrived, however late a busy conversation reads them."""
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import event, inspect, text
+from sqlalchemy import event, inspect, make_url, text
 from sqlalchemy.engine import Connection, Engine
 
 from alicia.agent.engine.sink import META_FIRST_REASONING_MS, META_USAGE
@@ -183,8 +183,9 @@ async def test_migrate_once_keeps_off_the_callers_loop_and_outlives_a_cancelled_
     empty_url = await new_database("postgres", postgres_server, tmp_path, "migr_once")
     threads: set[int] = set()
 
-    def seen(*_: Any) -> None:
-        threads.add(threading.get_ident())
+    def seen(conn: Connection, *_: Any) -> None:
+        if conn.engine.url.database == make_url(empty_url).database:  # not other tests' work
+            threads.add(threading.get_ident())
 
     event.listen(Engine, "before_cursor_execute", seen)
     engine = create_engine(empty_url, pooled=False)

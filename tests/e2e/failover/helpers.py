@@ -260,6 +260,11 @@ class FollowingClient:
         self.heard.append((sender.identity, time.monotonic(), bytes(packet.data)))
         if sender.identity != self.agent:
             self._on_participant(sender)  # followed only if ours is no longer here
+        if sender.identity != self.agent:
+            # As the clients do (alicia.client.session): an agent not followed is not
+            # heeded. A killed agent's last packets can arrive after its departure was
+            # signalled and the resume with its successor asked for what they carry.
+            return
         env = decode(packet.data)
         if env.stanza_id < 0:
             self.box.append(env)
