@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from .sealing import DataKeys
+from .sealing import DataKeys, SealError
 
 __all__ = ["KEY_TIMEOUT_S", "DataKeyLoader"]
 
@@ -37,6 +37,8 @@ class DataKeyLoader:
         self._on_key = on_key
         self.done = False
         """The key was handed over, or it was erased: nothing more to fetch."""
+        self.failures = 0
+        """Tries that failed (the first is logged with its traceback, the rest in a line)."""
 
     async def load(self) -> bool:
         """One try; False if the key store failed (or took over :data:`KEY_TIMEOUT_S`)."""
@@ -45,8 +47,16 @@ class DataKeyLoader:
         try:
             async with asyncio.timeout(KEY_TIMEOUT_S):
                 key = await self._keys.data_key(self._id)
-        except Exception:
-            logger.exception("data key unavailable", extra={"conversation": self._id})
+        except SealError:  # the stored key cannot be opened: as good as erased
+            logger.exception("data key unusable", extra={"conversation": self._id})
+            key = None
+        except Exception as exc:
+            self.failures += 1
+            extra = {"conversation": self._id, "failures": self.failures}
+            if self.failures == 1:
+                logger.exception("data key unavailable", extra=extra)
+            else:
+                logger.warning("data key still unavailable: %r", exc, extra=extra)
             return False
         self.done = True
         if key is None:

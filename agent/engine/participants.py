@@ -178,7 +178,7 @@ class TokenBucket:
     def take(self, at: float | None = None) -> bool:
         """Spend one token if there is one; False means over the limit. ``at``: when the
         spending happened on the bucket's clock (default: now; never before the last)."""
-        now = self._clock() if at is None else max(at, self._last)
+        now = max(self._clock() if at is None else at, self._last)
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
         self._last = now
         if self._tokens >= 1.0:

@@ -33,8 +33,9 @@ logger = logging.getLogger("alicia.storage.keys")
 _UTC: Final = dt.UTC
 
 
-class KeyErased(Exception):
-    """The conversation's data key was erased: its encrypted reasoning is gone for good."""
+class KeyErased(SealError):
+    """The conversation's data key was erased (or its master key is gone): its encrypted
+    reasoning is gone for good."""
 
 
 class KeyStore:
@@ -62,10 +63,11 @@ class KeyStore:
     async def _db(self) -> AsyncEngine:
         if self._engine is None:
             self._engine = create_engine(self.url, pooled=False)
-            if self._migrate:
-                from .migrate import migrate_once
+        if self._migrate:  # until it has succeeded once (a first try may fail or time out)
+            from .migrate import migrate_once
 
-                await migrate_once(self._engine)
+            await migrate_once(self._engine)
+            self._migrate = False
         return self._engine
 
     async def data_key(self, conversation_id: str, *, create: bool = True) -> bytes | None:

@@ -107,13 +107,17 @@ async def migrate_once(engine: AsyncEngine) -> None:
 
 
 def _migrate_on_thread(url: str, key: str, done: concurrent.futures.Future[None]) -> None:
+    """Bring ``url`` to ``head`` on this thread's own loop; ``done`` tells every caller."""
     try:
         with _ONE_AT_A_TIME:
             if key not in _MIGRATED:
                 asyncio.run(migrate(url))
                 _MIGRATED.add(key)
-    except BaseException as exc:
+    except Exception as exc:
         done.set_exception(exc)
+    except BaseException as exc:  # not the callers' own cancellation or exit: a failure
+        done.set_exception(RuntimeError(f"migration thread ended: {exc!r}"))
+        raise
     else:
         done.set_result(None)
     finally:

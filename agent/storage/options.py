@@ -66,6 +66,8 @@ class WriterOptions:
                 raise ValueError(f"WriterOptions.{name} must be at least 1")
         if min(self.linger_s, self.retry_initial_s, self.close_timeout_s) < 0:
             raise ValueError("WriterOptions times must not be negative")
+        if self.retry_initial_s <= 0:
+            raise ValueError("WriterOptions.retry_initial_s must be above 0")
         if self.retry_max_s < self.retry_initial_s or self.query_timeout_s <= 0:
             raise ValueError("WriterOptions: retry_max_s >= retry_initial_s, query_timeout_s > 0")
 

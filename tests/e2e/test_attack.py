@@ -93,6 +93,10 @@ async def test_a_shared_room_nobody_can_hijack(
         "HOME": str(tmp_path / "home"),
         "ALICIA_LOAD_THRESHOLD": "inf",
         "ALICIA_ERROR_BURST": "400",  # so every refusal is seen (the rate limit has its own test)
+        # B sends at the pace the machine allows, one awaited packet at a time: on a loaded
+        # machine under 20 a second (fresh75: its 260 packets all within the default rate).
+        # At 2 a second its burst of 40 holds the attacks above, and the flood is one.
+        "ALICIA_RATE": "2",
         "ALICIA_STEP_MAX_DELAY": "5",
     }
     if source == "agent_session":

@@ -221,6 +221,24 @@ async def test_under_zdr_a_key_store_down_as_the_room_starts_is_tried_again(
     assert opened == list(spec.steps)
 
 
+async def test_a_data_key_that_cannot_be_opened_is_not_tried_again() -> None:
+    """A key store whose stored key cannot be opened (``KeyErased``: the master key that
+    wrapped it is gone) fails for good: no retry every 15 s for the room's life."""
+    from alicia.agent.engine.data_key import DataKeyLoader
+
+    class _Unopenable:
+        calls = 0
+
+        async def data_key(self, conversation_id: str) -> bytes | None:
+            self.calls += 1
+            raise SealError("unknown key")
+
+    keys, got = _Unopenable(), []
+    loader = DataKeyLoader(keys, "conv_x", got.append)
+    assert await loader.load() and loader.done and await loader.load()
+    assert keys.calls == 1 and got == []
+
+
 def test_a_value_is_bound_to_its_use_message_and_caller() -> None:
     sealer = ReasoningSealer([("k1", bytes(32))])
     value = sealer.seal("conv", "text", knd="step", ref="rs_1", sub="alice")

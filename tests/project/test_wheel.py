@@ -151,10 +151,14 @@ async def test_the_example_app_runs_as_agent_py_and_shows_reasoning(
                     assert proc.returncode is None, log.read_text()[-4000:]
                     await asyncio.sleep(0.1)
             room = f"wheel-{new_id('r')}"
-            async with protocol_client(livekit_server, room) as client:
-                user_id = new_id(id_prefix.MESSAGE)
-                await client.send(UserMessage(id=user_id, content=spec.user, conversation_id=room))
-                await client.wait_for(AssistantSentence, within=60.0, is_final=True)
+            try:  # its own time: the wait above must not eat the agent's (fresh75)
+                async with protocol_client(livekit_server, room) as client:
+                    user_id = new_id(id_prefix.MESSAGE)
+                    message = UserMessage(id=user_id, content=spec.user, conversation_id=room)
+                    await client.send(message)
+                    await client.wait_for(AssistantSentence, within=60.0, is_final=True)
+            except TimeoutError as exc:
+                raise AssertionError(f"{exc!r}\n{log.read_text(errors='replace')[-6000:]}") from exc
         finally:
             if proc.returncode is None:
                 os.killpg(proc.pid, 15)
