@@ -157,7 +157,14 @@ async def test_a_postgres_outage_costs_no_room_its_agent(
         finally:
             await asyncio.to_thread(postgres_server.resume)
         await asyncio.sleep(5.0)  # heartbeats resume; the watcher looks at every lease
-        assert [c.agent for c in served] == agents, watcher.log()
+        if [c.agent for c in served] != agents:  # failed twice (fresh73, fresh76): evidence
+            rooms = {c.conversation_id for c in served}
+            about = [ln for ln in worker.text().splitlines() if any(r in ln for r in rooms)]
+            raise AssertionError(
+                f"{[c.agent for c in served]} != {agents}\n{watcher.log()}\n--- the worker's "
+                f"warnings ---\n{worker.notable(20000)}\n--- its lines on the two rooms ---\n"
+                + "\n".join(about)[-20000:]
+            )
         assert all(len(c.agents) == 1 for c in served), watcher.log()
         for c in served:  # one dispatch each: the first
             whole = watcher.log(tail=10**8)
