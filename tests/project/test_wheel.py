@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
 from alicia.protocol import ids as id_prefix
 from tests.paths import ROOT
-from tests.support.livekit_rooms import protocol_client
+from tests.support.livekit_rooms import ProtocolClient, joined
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +116,33 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(user_venv: Path) ->
     assert site.getsitepackages()  # the test's own interpreter is untouched
 
 
+async def _answered_in_a_room(
+    server: LiveKitServer, question: str, app_log: Callable[[], str]
+) -> ProtocolClient:
+    """Ask ``question`` in a new room and wait for the whole answer. The app runs as
+    ``agent.py start``, livekit-agents' production mode, whose worker takes no job while
+    the machine's CPU is over 0.7 ("worker is at full capacity", often so on the loaded
+    suite: fresh75, fresh76); a room created then gets no agent, so another is tried."""
+    for _ in range(4):
+        room = f"wheel-{new_id('r')}"
+        async with joined(server, room, "alice") as r:
+            client = ProtocolClient(r, room)
+            try:
+                await client.wait_for_agent(30)
+            except TimeoutError:
+                if "worker is at full capacity" in app_log():
+                    continue
+                raise AssertionError(app_log()[-6000:]) from None
+            await client.handshake()
+            message = UserMessage(
+                id=new_id(id_prefix.MESSAGE), content=question, conversation_id=room
+            )
+            await client.send(message)
+            await client.wait_for(AssistantSentence, within=60.0, is_final=True)
+            return client
+    raise AssertionError(f"no agent in 4 rooms\n{app_log()[-6000:]}")
+
+
 async def test_the_example_app_runs_as_agent_py_and_shows_reasoning(
     user_venv: Path, livekit_server: LiveKitServer, tmp_path: Path
 ) -> None:
@@ -150,15 +178,9 @@ async def test_the_example_app_runs_as_agent_py_and_shows_reasoning(
                 ):
                     assert proc.returncode is None, log.read_text()[-4000:]
                     await asyncio.sleep(0.1)
-            room = f"wheel-{new_id('r')}"
-            try:  # its own time: the wait above must not eat the agent's (fresh75)
-                async with protocol_client(livekit_server, room) as client:
-                    user_id = new_id(id_prefix.MESSAGE)
-                    message = UserMessage(id=user_id, content=spec.user, conversation_id=room)
-                    await client.send(message)
-                    await client.wait_for(AssistantSentence, within=60.0, is_final=True)
-            except TimeoutError as exc:
-                raise AssertionError(f"{exc!r}\n{log.read_text(errors='replace')[-6000:]}") from exc
+            client = await _answered_in_a_room(
+                livekit_server, spec.user, lambda: log.read_text(errors="replace")
+            )
         finally:
             if proc.returncode is None:
                 os.killpg(proc.pid, 15)
