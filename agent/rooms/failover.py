@@ -15,6 +15,9 @@
   token, natively, whatever the agent decided meanwhile (seen in half of the stall tests:
   the old agent stayed in the room for good). For :data:`KEEP_OUT_S` after leaving, the
   agent asks livekit-server whether its participant is back, and removes it if it is.
+  Leaving itself (:func:`leave`) is bounded: the SDK's disconnect waits for a
+  reconnection under way, and after a stall that is one (a stress run's fenced agents
+  stayed 14 s, until the drain cancelled them); :func:`keep_out` starts at once.
 * :func:`watch_drain`: on SIGTERM livekit-agents drains the worker (no new rooms); this
   notices it (:data:`DRAINING`) so each room lets its running turns finish (bounded by
   ``ALICIA_DRAIN_TURN_TIMEOUT``), releases its lease and leaves: the jobs end, the worker
@@ -37,7 +40,7 @@ import threading
 import time
 from typing import Any, Final
 
-from livekit import api
+from livekit import api, rtc
 from livekit.agents import AgentServer
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
@@ -54,6 +57,7 @@ __all__ = [
     "LeaseKeeper",
     "keep_out",
     "lease_keeper",
+    "leave",
     "wait_draining",
     "warm_storage",
     "watch_drain",
@@ -425,6 +429,23 @@ def warm_storage(url: str) -> None:
 
 
 _TASKS: set[asyncio.Task[None]] = set()
+
+LEAVE_S: Final = 2.0
+"""How long :func:`leave` waits for the SDK's disconnect."""
+
+
+async def leave(room: rtc.Room, *, within: float = LEAVE_S) -> bool:
+    """Disconnect from ``room``, waiting at most ``within`` seconds: the SDK's disconnect
+    waits for a reconnection under way (seconds, after a stall); its request stands.
+    False if it did not finish in time (logged)."""
+    try:
+        async with asyncio.timeout(within):
+            await room.disconnect()
+    except TimeoutError:
+        logger.warning("the SDK is slow to leave the room", extra={"room": room.name})
+        return False
+    return True
+
 
 KEEP_OUT_S: Final = 10.0
 """How long a fenced agent that left its room makes sure its SDK does not rejoin it: the

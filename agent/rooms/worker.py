@@ -45,6 +45,7 @@ from .failover import (
     LeaseKeeper,
     keep_out,
     lease_keeper,
+    leave,
     wait_draining,
     warm_storage,
     watch_drain,
@@ -234,7 +235,7 @@ async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
     try:
         await _serve(room, settings, lease_required=lease_required(ctx.job.metadata))
     finally:
-        await room.disconnect()
+        await leave(room, within=10.0)  # bounded: a job that cannot end holds its slot
 
 
 def _job_token(ctx: JobContext, settings: Settings) -> str:
@@ -302,8 +303,11 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
                 await _run_until_drained(conversation, transport, settings, hold.lost)
     finally:
         fenced = hold is not None and hold.lost.is_set()
-        if fenced:  # another agent serves the room: out of it first
-            await room.disconnect()
+        kept_out: asyncio.Task[int] | None = None
+        if fenced:  # another agent serves the room: out of it first, and kept out
+            await leave(room)
+            server = (settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret)
+            kept_out = asyncio.create_task(keep_out(server, room.name, identity))
         if conventions is not None:
             await conventions.aclose()
         if keys is not None:
@@ -313,9 +317,8 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
         if hold is not None:
             await hold.keeper.release(hold)
         logger.info("room left", extra={"room": room.name})
-        if fenced:
-            server = (settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret)
-            await keep_out(server, room.name, identity)
+        if kept_out is not None:
+            await kept_out  # cancelled with this task
 
 
 async def _on_request(request: JobRequest, *, settings: Settings) -> None:

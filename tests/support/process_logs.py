@@ -4,14 +4,20 @@ A failure in an end-to-end test is often explained only by a worker's or a watch
 log ("no agent came": was there a dispatch? a refusal? a bind error?). The harnesses
 that start such a process register it here (:func:`started`, :func:`stopped`); this
 pytest plugin (``tests/conftest.py`` loads it) appends to a failed test's report the end
-of every registered log that was alive at some moment of the test.
+of every registered log that was alive at some moment of the test, and keeps each whole
+log in a file (under ``ALICIA_TEST_LOGS``, by default the system's temp directory) whose
+path the report names: a cause is often long scrolled out of the end.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -69,5 +75,19 @@ def pytest_runtest_makereport(
                     text = entry.read()
                 except OSError as exc:
                     text = f"(log unreadable: {exc})"
-                report.sections.append((f"log of {entry.name}", text[-TAIL:]))
+                kept = _keep(item.nodeid, entry.name, text)
+                report.sections.append((f"log of {entry.name}", f"{text[-TAIL:]}\n{kept}"))
     return report
+
+
+def _keep(nodeid: str, name: str, text: str) -> str:
+    """Write a failed test's whole log to a file; a line naming it (or why not)."""
+    base = Path(os.environ.get("ALICIA_TEST_LOGS") or tempfile.gettempdir())
+    folder = base / "alicia-failed-logs" / re.sub(r"[^\w.-]+", "_", nodeid)[-150:]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / (re.sub(r"[^\w.-]+", "_", name) + ".log")
+        path.write_text(text)
+    except OSError as exc:
+        return f"(whole log not kept: {exc})"
+    return f"(whole log: {path})"
