@@ -37,6 +37,7 @@ from .transport import Transport, TransportError
 __all__ = [
     "MAX_REPLAY_GAP",
     "SUMMARY_REMARK",
+    "UNLOGGED_MAX",
     "Outbox",
     "ReplayBudget",
     "ReplayGap",
@@ -60,6 +61,12 @@ the conversation goes on; a takeover may then miss what was not stored)."""
 DURABLE_PAUSE_S: Final = 5.0
 """After such a timeout, envelopes leave without waiting for this long (no stall per
 envelope while the database is away)."""
+UNLOGGED_MAX: Final = 100
+"""Envelopes an agent sends at most before storage has them (the database slow or away);
+then it holds the next until storage catches up. An agent that takes the conversation
+over numbers on past the last logged stanza plus this many, so that nothing it sends
+has a stanzaId its predecessor already gave an envelope that was never logged (the
+client would drop it as a duplicate: a kill -9 test's cut-turn ErrorMessage was)."""
 
 
 class Tenure(Protocol):
@@ -139,6 +146,8 @@ class Outbox:
         """Another agent holds the conversation: nothing more is stored or sent."""
         self._holding = False
         """Sending waits for the lease to be confirmed (logged once per wait)."""
+        self.unlogged = 0
+        """Envelopes sent since storage last had everything (at most :data:`UNLOGGED_MAX`)."""
 
     def continue_after(self, last: int) -> None:
         """Number from ``|last| + 1`` on (a conversation stored before; before any send).
@@ -264,15 +273,34 @@ class Outbox:
         this agent is fenced (see :class:`Tenure`)."""
         assert self.store is not None
         loop = asyncio.get_running_loop()
-        if loop.time() >= self._unstored_until:
-            try:
-                async with asyncio.timeout(DURABLE_TIMEOUT_S):
-                    await self.store.durable()
-            except Fenced:
-                self._fence()
-            except Exception as exc:  # the database is away: the conversation goes on
-                self._unstored_until = loop.time() + DURABLE_PAUSE_S
-                logger.warning("sent before it was stored", extra={"error": repr(exc)})
+        held = False
+        while not self.fenced:
+            if loop.time() >= self._unstored_until or self.unlogged >= UNLOGGED_MAX:
+                try:
+                    async with asyncio.timeout(DURABLE_TIMEOUT_S):
+                        await self.store.durable()
+                except Fenced:
+                    self._fence()
+                    break
+                except Exception as exc:  # the database is away: the conversation goes on
+                    self._unstored_until = loop.time() + DURABLE_PAUSE_S
+                    if self.unlogged < UNLOGGED_MAX:
+                        logger.warning("sent before it was stored", extra={"error": repr(exc)})
+                else:
+                    self.unlogged = 0
+                    break
+            if self.unlogged < UNLOGGED_MAX:
+                self.unlogged += 1  # this one leaves before storage has it
+                break
+            if not held:  # a successor numbers past this many at most: wait for storage
+                held = True
+                logger.warning(
+                    "storage is behind: holding messages until it has them",
+                    extra={"conversation": self.conversation_id, "unlogged": self.unlogged},
+                )
+            await asyncio.sleep(UNCONFIRMED_POLL_S)
+        if held and not self.fenced:
+            logger.info("storage caught up", extra={"conversation": self.conversation_id})
         while not self.fenced and self.tenure is not None and not await self.tenure.held():
             if self.tenure.taken:
                 self._fence()

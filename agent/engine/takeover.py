@@ -32,7 +32,7 @@ from alicia.protocol import (
 )
 from alicia.protocol import ids as id_prefix
 
-from .outbox import MAX_REPLAY_GAP, Outbox, ReplayBudget, ReplayGap, entitled
+from .outbox import MAX_REPLAY_GAP, UNLOGGED_MAX, Outbox, ReplayBudget, ReplayGap, entitled
 from .participants import Participant, TurnCut
 from .sealing import ReasoningSealer
 from .sink import ConversationStore, StoredConversation, StoredTurn
@@ -98,7 +98,8 @@ async def restore(session: TakeoverHost) -> None:
     stored = await _load(store, session.id)
     if stored is None:
         return
-    session.outbox.continue_after(stored.last_stanza)
+    # Past what the last agent may have sent before storage had it (UNLOGGED_MAX).
+    session.outbox.continue_after(stored.last_stanza + UNLOGGED_MAX)
     cut: StoredTurn | None = None
     for turn in stored.turns:
         session.remember(turn.user_id)

@@ -9,17 +9,19 @@ the old agent left unfinished was never closed.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from dataclasses import dataclass, field
 
 import pytest
 
-from alicia.agent.engine.outbox import Outbox
+from alicia.agent.engine import outbox as outbox_module
+from alicia.agent.engine.outbox import UNLOGGED_MAX, Outbox
 from alicia.agent.engine.participants import TurnCut
 from alicia.agent.engine.sink import SentRecord, StoredConversation, StoredTurn
 from alicia.agent.engine.takeover import restore
 from alicia.agent.engine.turn import Exchange
-from alicia.protocol import AssistantMessage, ErrorMessage, encode, envelope, error_body
+from alicia.protocol import AssistantMessage, ErrorMessage, decode, encode, envelope, error_body
 from tests.support.fakes import MemoryTransport, RecordingSink
 
 CONV = "conv_restore"
@@ -85,7 +87,8 @@ async def test_a_failed_read_is_tried_again_and_the_numbering_goes_on() -> None:
     await restore(host)
     assert store.reads == 3
     sent = [e for e in store.envelopes if e.stanza_id < 0]
-    assert [-e.stanza_id for e in sent] == list(range(8, 8 + len(sent)))  # after 7
+    first = 7 + UNLOGGED_MAX + 1  # past what the last agent may have sent unlogged
+    assert [-e.stanza_id for e in sent] == list(range(first, first + len(sent)))
     errors = [e.body for e in sent if isinstance(e.body, ErrorMessage)]
     assert [(b.code, b.originating_id) for b in errors] == [(503, "msg_asked")]
     assert {"msg_asked"} <= host.used
@@ -185,3 +188,53 @@ async def test_an_earlier_agent_s_notice_is_not_sent_again(stored: StoredConvers
     await restore(Host(CONV, outbox))
     kinds = [type(e.body).__name__ for e in store.envelopes]
     assert kinds == ["AssistantMessage"]
+
+
+class StalledStore(FlakyStore):
+    """A conversation store whose writes do not complete (a loaded or stopped database):
+    :meth:`durable` never returns, however long it is waited for."""
+
+    def __init__(self) -> None:
+        super().__init__(0, STORED)
+        self.stalled = True
+
+    async def durable(self) -> None:
+        while self.stalled:
+            await asyncio.sleep(0.01)
+
+
+async def test_a_successor_numbers_past_what_its_predecessor_sent_unlogged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kill -9 in a fresh-clone run: the killed agent had sent stanza 9 before storage had
+    it (logged to 8), its successor gave 9 to the cut turn's ErrorMessage, and the client,
+    which had seen 9, dropped it as a duplicate: it never learnt that its turn was cut.
+
+    An agent sends at most ``UNLOGGED_MAX`` envelopes that storage does not have yet
+    (then it holds the next until storage catches up), and its successor numbers on past
+    the last logged stanza plus that many."""
+    monkeypatch.setattr(outbox_module, "DURABLE_TIMEOUT_S", 0.05)
+    transport = MemoryTransport()
+    store = StalledStore()
+    old = Outbox(CONV, transport=transport, sink=store, keep=256)
+    old.store = store
+    old.continue_after(STORED.last_stanza)
+    body = AssistantMessage(id="msg_a", previous_id="msg_asked", conversation_id=CONV, content="x")
+    for _ in range(UNLOGGED_MAX):
+        await old.send(body, ["alice"])
+    sent_by_old = [-decode(s.data).stanza_id for s in transport.sent]
+    assert len(sent_by_old) == UNLOGGED_MAX  # the conversation went on without storage
+    held = asyncio.create_task(old.send(body, ["alice"]))
+    await asyncio.sleep(0.5)
+    assert not held.done()  # one more would be more than a successor numbers past
+    store.stalled = False
+    await asyncio.wait_for(held, 5)
+    assert len(transport.sent) == UNLOGGED_MAX + 1 and old.unlogged == 0
+    # Killed now, with storage at 7: its successor's cut-turn notice is numbered past
+    # every stanza it sent unlogged.
+    logged = FlakyStore(0, STORED)
+    new = Outbox(CONV, transport=MemoryTransport(), sink=logged, keep=16)
+    new.store = logged
+    await restore(Host(CONV, new))
+    successor = [-e.stanza_id for e in logged.envelopes if e.stanza_id < 0]
+    assert successor and min(successor) > max(sent_by_old)
