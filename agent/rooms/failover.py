@@ -38,6 +38,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from typing import Any, Final
 
 from livekit import api, rtc
@@ -436,15 +437,32 @@ LEAVE_S: Final = 2.0
 
 async def leave(room: rtc.Room, *, within: float = LEAVE_S) -> bool:
     """Disconnect from ``room``, waiting at most ``within`` seconds: the SDK's disconnect
-    waits for a reconnection under way (seconds, after a stall); its request stands.
-    False if it did not finish in time (logged)."""
-    try:
-        async with asyncio.timeout(within):
-            await room.disconnect()
-    except TimeoutError:
+    waits for a reconnection under way (seconds, after a stall). It is never cancelled
+    (cut short, the SDK's room would stay "connected" for good): it goes on in a task of
+    its own, which a later call for the same room waits on again. False if it did not
+    finish in time (logged)."""
+    task = _LEAVING.get(room)
+    if task is None:
+        task = asyncio.create_task(room.disconnect(), name="alicia-leave")
+        _LEAVING[room] = task
+        _TASKS.add(task)
+        task.add_done_callback(_left)
+    done, _ = await asyncio.wait({task}, timeout=within)
+    if not done:
         logger.warning("the SDK is slow to leave the room", extra={"room": room.name})
         return False
     return True
+
+
+_LEAVING: Final[weakref.WeakKeyDictionary[rtc.Room, asyncio.Task[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _left(task: asyncio.Task[None]) -> None:
+    _TASKS.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("leaving the room failed", extra={"error": repr(task.exception())})
 
 
 KEEP_OUT_S: Final = 10.0
@@ -478,7 +496,7 @@ async def keep_out(
                         await lk.room.remove_participant(who)
                     removed += 1
                     logger.warning(
-                        "the SDK rejoined a room this fenced agent had left: removed",
+                        "this fenced agent was still (or again) in the room: removed",
                         extra={"room": room},
                     )
                 if loop.time() >= deadline:

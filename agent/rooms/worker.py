@@ -304,21 +304,24 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
     finally:
         fenced = hold is not None and hold.lost.is_set()
         kept_out: asyncio.Task[int] | None = None
-        if fenced:  # another agent serves the room: out of it first, and kept out
-            await leave(room)
+        if fenced:  # another agent serves the room: kept out (from now on), and out
             server = (settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret)
             kept_out = asyncio.create_task(keep_out(server, room.name, identity))
-        if conventions is not None:
-            await conventions.aclose()
-        if keys is not None:
-            await keys.aclose()
-        await llm.close()
-        await sink.aclose()  # before the lease goes: the last writes are still ours
-        if hold is not None:
-            await hold.keeper.release(hold)
-        logger.info("room left", extra={"room": room.name})
-        if kept_out is not None:
-            await kept_out  # cancelled with this task
+        try:
+            if fenced:
+                await leave(room)
+            if conventions is not None:
+                await conventions.aclose()
+            if keys is not None:
+                await keys.aclose()
+            await llm.close()
+            await sink.aclose()  # before the lease goes: the last writes are still ours
+            if hold is not None:
+                await hold.keeper.release(hold)
+            logger.info("room left", extra={"room": room.name})
+        finally:
+            if kept_out is not None:
+                await kept_out  # cancelled with this task
 
 
 async def _on_request(request: JobRequest, *, settings: Settings) -> None:

@@ -87,7 +87,7 @@ def _keep(nodeid: str, name: str, text: str) -> str:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / (re.sub(r"[^\w.-]+", "_", name) + ".log")
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8", errors="replace")
     except OSError as exc:
         return f"(whole log not kept: {exc})"
     return f"(whole log: {path})"
