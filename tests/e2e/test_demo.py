@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,18 @@ from alicia.harness.recorded_llm import DEFAULT_STREAM, RecordedLLM, load_manife
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.integration
+
+
+def check_steps(out: str, recorded: Sequence[str]) -> None:
+    """The demo printed the recorded steps, in order and whole, numbered from 1. With the
+    defaults a step also ends when the stream pauses for ``ALICIA_STEP_MAX_DELAY`` (1 s):
+    on a loaded machine a pause cut one in two at a sentence (fresh82), so the text is
+    compared, not where each step ends."""
+    steps = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("▸ step")]
+    numbered = [ln.split(": ", 1) for ln in steps]
+    assert [n for n, _ in numbered] == [f"▸ step {i}" for i in range(1, len(steps) + 1)]
+    assert len(steps) >= len(recorded), steps
+    assert " ".join(t for _, t in numbered).split() == " ".join(recorded).split(), steps
 
 
 def test_demo_streams_reasoning_answers_and_prints_analytics(tmp_path: Path) -> None:
@@ -33,8 +46,7 @@ def test_demo_streams_reasoning_answers_and_prints_analytics(tmp_path: Path) -> 
     assert proc.returncode == 0, f"{out}\n{proc.stderr}\n{worker_log}"
     spec = load_manifest()[DEFAULT_STREAM]
     assert "demo model" in out and "LLM_BASE_URL is not set" in out
-    steps = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("▸ step")]
-    assert steps == [f"▸ step {i}: {text}" for i, text in enumerate(spec.steps, start=1)]
+    check_steps(out, spec.steps)
     assert f"alicia > {spec.answer}" in out
     i_steps = out.index("▸ step 1:")
     i_answer = out.index("alicia > ")
@@ -88,7 +100,7 @@ async def test_demo_uses_the_endpoint_named_by_llm_base_url(tmp_path: Path) -> N
     assert proc.returncode == 0, f"{out}\n{raw_err.decode()}"
     assert "demo model" not in out
     assert f"qwen3:8b at {base_url} (from LLM_BASE_URL)" in out
-    assert out.count("▸ step") == len(spec.steps)
+    check_steps(out, spec.steps)
     assert f"alicia > {spec.answer}" in out
     assert requests and all(r["model"] == "qwen3:8b" for r in requests)
     assert "qwen3:8b" in out[out.index("Analytics from storage") :]
