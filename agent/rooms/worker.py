@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 from livekit import api, rtc
 from livekit.agents import (
@@ -260,6 +260,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
     if settings.native_logs == "stderr":
         stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
+    _log_connection(room)
     identity = room.local_participant.identity
     telemetry = open_telemetry(settings)  # before the claim: its span goes to the provider
     hold: Hold | None = None
@@ -322,6 +323,23 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
         finally:
             if kept_out is not None:
                 await kept_out  # cancelled with this task
+
+
+_UNKNOWN: Final = rtc.DisconnectReason.UNKNOWN_REASON
+
+
+def _log_connection(room: rtc.Room) -> None:
+    """Log the SDK's reconnections and why the room was left: a room that moves while its
+    worker lives is explained by them (livekit-server's full reconnect, a ping timeout)."""
+    extra = {"room": room.name}
+
+    def disconnected(reason: rtc.DisconnectReason.ValueType = _UNKNOWN) -> None:
+        why = rtc.DisconnectReason.Name(reason)
+        logger.info("room disconnected", extra={**extra, "reason": why})
+
+    room.on("reconnecting", lambda: logger.warning("room link lost: reconnecting", extra=extra))
+    room.on("reconnected", lambda: logger.info("room reconnected", extra=extra))
+    room.on("disconnected", disconnected)
 
 
 async def _on_request(request: JobRequest, *, settings: Settings) -> None:

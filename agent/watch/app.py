@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from livekit import api
+from livekit.protocol import models
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -57,6 +58,8 @@ def create_app(settings: WatchSettings) -> Starlette:
             return PlainTextResponse("invalid signature", status_code=401)
         if event.event in _ROOM_EVENTS and event.room.name:
             who = event.participant.identity
+            if event.event == "participant_left":  # why: livekit-server's own reason
+                who += f" ({models.DisconnectReason.Name(event.participant.disconnect_reason)})"
             logger.info(f"webhook {event.event} {event.room.name} {who}".rstrip())
             watcher.look_at([event.room.name])
         return PlainTextResponse("ok")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from collections import Counter
@@ -312,8 +313,8 @@ async def test_a_forged_agent_identity_is_never_trusted_and_the_room_gets_an_age
     spec = llm.spec(STREAM)
     room = new_id("conv")
     async with (
-        running_watcher(livekit, url, port=watch_port, env=LEASE),
-        running_worker(livekit, llm.base_url, env=env),
+        running_watcher(livekit, url, port=watch_port, env=LEASE) as watcher,
+        running_worker(livekit, llm.base_url, env=env) as worker,
         following_client(livekit, room, "alice") as alice,
     ):
         await alice.wait_for_agent(30)
@@ -341,3 +342,8 @@ async def test_a_forged_agent_identity_is_never_trusted_and_the_room_gets_an_age
         user_id = await alice.ask(spec.user)
         await alice.wait_turn_end(user_id, within=60)
         assert _answers(alice)[alice.of(StartAnswer)[-1].id].split() == spec.answer.split()
+        # Both sides say why the agent left: what explains a room that moved.
+        assert f"participant_left {room} {real} (DUPLICATE_IDENTITY)" in watcher.log(tail=10**8)
+        lines = worker.text().splitlines()
+        left = [json.loads(line) for line in lines if '"room disconnected"' in line]
+        assert {"room": room, "reason": "DUPLICATE_IDENTITY"}.items() <= left[0].items(), left
