@@ -246,8 +246,11 @@ async def test_two_rooms_at_once_on_one_worker_each_get_their_full_ordered_turn(
         assert [s.sequence for s in sentences] == list(range(1, len(sentences) + 1))
         assert [bool(s.is_final) for s in sentences] == [False] * (len(sentences) - 1) + [True]
         assert " ".join(s.text for s in sentences).split() == spec.answer.split()
-        # The worker's side: joined, one turn, left (after the client had gone).
-        assert _ours(records, room) == ["room joined", "turn finished", "room left"]
+        # The worker's side: joined, one turn, disconnected (the client had gone), left.
+        story = ["room joined", "turn finished", "room disconnected", "room left"]
+        assert _ours(records, room) == story
+        left = next(r for r in records if r["message"] == "room disconnected" and r["room"] == room)
+        assert left["reason"] == "ROOM_CLOSED"  # the client had gone: livekit closed the room
         turn = next(r for r in records if r.get("conversation") == room)
         assert (turn["steps"], turn["stopped"]) == (n, False)
     assert len(agents) == 2  # one agent participant (job) per room
