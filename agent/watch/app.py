@@ -36,6 +36,12 @@ WEBHOOK_MAX_BYTES: Final = 1024 * 1024
 _ROOM_EVENTS = frozenset({"room_started", "participant_joined", "participant_left"})
 
 
+def _reason(number: int) -> str:
+    """A disconnect reason's name; its number if this protocol version does not know it."""
+    known = models.DisconnectReason.DESCRIPTOR.values_by_number.get(number)
+    return known.name if known is not None else str(number)
+
+
 def create_app(settings: WatchSettings) -> Starlette:
     """The watcher as a Starlette app: its loops run for the app's lifespan."""
     leases = Leases(settings.database_url)
@@ -59,7 +65,7 @@ def create_app(settings: WatchSettings) -> Starlette:
         if event.event in _ROOM_EVENTS and event.room.name:
             who = event.participant.identity
             if event.event == "participant_left":  # why: livekit-server's own reason
-                who += f" ({models.DisconnectReason.Name(event.participant.disconnect_reason)})"
+                who += f" ({_reason(event.participant.disconnect_reason)})"
             logger.info(f"webhook {event.event} {event.room.name} {who}".rstrip())
             watcher.look_at([event.room.name])
         return PlainTextResponse("ok")

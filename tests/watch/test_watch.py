@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import logging
 
+import pytest
 from livekit import api
 from starlette.testclient import TestClient
 
@@ -86,3 +89,38 @@ def test_webhooks_need_livekit_s_signature() -> None:
     reply = client.post("/webhook", content=body, headers=headers)
     assert reply.status_code == 200
     assert client.app.state.watcher._pending == {"r1"}  # type: ignore[attr-defined]
+
+
+def test_an_agent_s_departure_is_logged_with_its_reason_even_one_unknown_here(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = WatchSettings(
+        livekit_url="ws://127.0.0.1:1",
+        livekit_api_key="key",
+        livekit_api_secret="secret-secret-secret-secret-secret",
+        database_url="sqlite+aiosqlite:///:memory:",
+        agent_name="alicia",
+    )
+    client = TestClient(create_app(settings))  # no lifespan: nothing is polled
+    for room, reason in (("r1", 4), ("r2", 999)):  # PARTICIPANT_REMOVED; a newer server's
+        body = json.dumps(
+            {
+                "event": "participant_left",
+                "room": {"name": room},
+                "participant": {"identity": "agent-a", "disconnectReason": reason},
+            }
+        )
+        signed = api.AccessToken("key", "secret-secret-secret-secret-secret").with_sha256(
+            base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()
+        )
+        with caplog.at_level(logging.INFO, logger="alicia.watch"):
+            reply = client.post(
+                "/webhook", content=body, headers={"Authorization": signed.to_jwt()}
+            )
+        assert reply.status_code == 200
+    said = [r.getMessage() for r in caplog.records if r.name == "alicia.watch"]
+    assert said == [
+        "webhook participant_left r1 agent-a (PARTICIPANT_REMOVED)",
+        "webhook participant_left r2 agent-a (999)",
+    ]
+    assert client.app.state.watcher._pending == {"r1", "r2"}  # type: ignore[attr-defined]
