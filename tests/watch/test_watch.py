@@ -66,7 +66,8 @@ def test_an_agent_that_never_claims_is_removed_after_the_grace() -> None:
     assert rule(view, None) == (True, ("agent-x",))
 
 
-def test_webhooks_need_livekit_s_signature() -> None:
+def watch_client() -> TestClient:
+    """The watcher's web app under test (no lifespan: nothing is polled)."""
     settings = WatchSettings(
         livekit_url="ws://127.0.0.1:1",
         livekit_api_key="key",
@@ -74,7 +75,11 @@ def test_webhooks_need_livekit_s_signature() -> None:
         database_url="sqlite+aiosqlite:///:memory:",
         agent_name="alicia",
     )
-    client = TestClient(create_app(settings))  # no lifespan: nothing is polled
+    return TestClient(create_app(settings))
+
+
+def test_webhooks_need_livekit_s_signature() -> None:
+    client = watch_client()
     body = '{"event": "participant_joined", "room": {"name": "r1"}}'
     assert client.post("/webhook", content=body).status_code == 401
     forged = api.AccessToken("key", "not-the-secret-not-the-secret-not-the").with_sha256(
@@ -94,14 +99,7 @@ def test_webhooks_need_livekit_s_signature() -> None:
 def test_an_agent_s_departure_is_logged_with_its_reason_even_one_unknown_here(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = WatchSettings(
-        livekit_url="ws://127.0.0.1:1",
-        livekit_api_key="key",
-        livekit_api_secret="secret-secret-secret-secret-secret",
-        database_url="sqlite+aiosqlite:///:memory:",
-        agent_name="alicia",
-    )
-    client = TestClient(create_app(settings))  # no lifespan: nothing is polled
+    client = watch_client()
     for room, reason in (("r1", 4), ("r2", 999)):  # PARTICIPANT_REMOVED; a newer server's
         body = json.dumps(
             {
