@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from livekit import rtc
 
+from alicia.agent.engine.outbox import UNLOGGED_MAX
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import (
@@ -36,6 +37,7 @@ from alicia.protocol import (
     AssistantSentence,
     Configuration,
     ErrorMessage,
+    ReasoningStep,
     StartAnswer,
     encode,
     envelope,
@@ -76,10 +78,24 @@ def kill(worker: WorkerProcess) -> None:
 
 
 async def check_consistent(url: str, room: str, client: FollowingClient, identity: str) -> None:
-    """No gap, no duplicate, chains whole, and what the client holds is what is stored."""
+    """No gap, no duplicate, chains whole, and what the client holds is what is stored.
+
+    The one exception is the killed agent's last envelopes. With storage slow (a write past
+    ``DURABLE_TIMEOUT_S`` on a loaded machine) an agent sends up to ``UNLOGGED_MAX`` before
+    storage has them. Killed then, it leaves the client holding envelopes that no log
+    has. They must follow a logged stanza, be numbered in one run, and stay below the
+    successor's numbering, which goes on past them (fresh91)."""
     got = [-e.stanza_id for e in client.box]
     assert [s for s, n in Counter(got).items() if n > 1] == [], "duplicates"
-    assert sorted(got) == await logged_for(url, room, identity, "full"), "gap"
+    logged = await logged_for(url, room, identity, "full")
+    assert set(logged) <= set(got), "gap"
+    unlogged = sorted(set(got) - set(logged))
+    if unlogged:
+        after = [s for s in logged if s > unlogged[0]]
+        assert unlogged[0] - 1 in logged, ("unlogged after a gap", unlogged, logged)
+        assert unlogged == list(range(unlogged[0], unlogged[-1] + 1)), unlogged
+        assert len(unlogged) <= UNLOGGED_MAX, unlogged
+        assert not after or after[0] > unlogged[0] - 1 + UNLOGGED_MAX, (unlogged, after[:3])
     chains: dict[str, list[int]] = {}
     for step in client.steps():
         chains.setdefault(step.previous_id, []).append(step.step_index)
@@ -90,15 +106,17 @@ async def check_consistent(url: str, room: str, client: FollowingClient, identit
         "SELECT message_id, sequence_number, content FROM alicia_reasoning_steps "
         f"WHERE conversation_id = '{room}' AND deleted_at IS NULL",
     )
+    kept = set(logged)
+    held_steps = [e.body for e in client.box if -e.stanza_id in kept]
     assert sorted((s["message_id"], s["sequence_number"], s["content"]) for s in stored) == sorted(
-        (s.previous_id, s.step_index, s.content) for s in client.steps()
+        (s.previous_id, s.step_index, s.content) for s in held_steps if isinstance(s, ReasoningStep)
     )
     answers = await fetch(
         url,
         "SELECT id, contents, completion_status FROM alicia_messages "
         f"WHERE conversation_id = '{room}' AND message_role = 'assistant'",
     )
-    held = _answers(client)
+    held = _answers(client, kept)
     assert {a["id"]: a["contents"] for a in answers} == held
 
 
@@ -108,10 +126,12 @@ def summary(client: FollowingClient) -> str:
     return f"resumed={client.resumed} last={last[-8:]}"
 
 
-def _answers(client: FollowingClient) -> dict[str, str]:
-    """Answer id -> text, as the client assembled them (sentences, or the message)."""
+def _answers(client: FollowingClient, only: set[int] | None = None) -> dict[str, str]:
+    """Answer id -> text, as the client assembled them (sentences, or the message); from
+    the envelopes numbered ``only`` if given."""
     out: dict[str, list[str]] = {}
-    for body in (e.body for e in client.box):
+    box = client.box if only is None else [e for e in client.box if -e.stanza_id in only]
+    for body in (e.body for e in box):
         if isinstance(body, StartAnswer):
             out.setdefault(body.id, [])
         elif isinstance(body, AssistantSentence) and body.text:
