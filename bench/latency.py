@@ -74,18 +74,25 @@ async def wait_for_identity(room: rtc.Room, identity: str, within: float = 30.0)
             await asyncio.sleep(0.01)
 
 
-async def raw_sender(url: str, token: str, count: int, rate: float) -> None:
-    """Subprocess side of the raw path: ``count`` packets at ``rate`` per second."""
+async def raw_sender(url: str, token: str, limit: int, rate: float) -> None:
+    """Subprocess side of the raw path: packets at ``rate`` per second from the line
+    ``ready`` on stdout until stdin closes (at most ``limit``), so a packet lost as the
+    rooms settle or a slow start on a loaded machine costs no sample."""
+    loop = asyncio.get_running_loop()
     room = rtc.Room()
     await room.connect(url, token)
     try:
         await wait_for_identity(room, "raw-receiver")
         await asyncio.sleep(1.0)  # let the receiver learn about us (see the transport notes)
+        closed = loop.run_in_executor(None, sys.stdin.read)  # EOF: the receiver has enough
+        print("ready", flush=True)
         counter = StanzaCounter("server")
         period = 1.0 / rate
-        start = time.monotonic()
-        for i in range(count):
+        start, sent = time.monotonic(), 0
+        for i in range(limit):
             await asyncio.sleep(max(0.0, start + i * period - time.monotonic()))
+            if closed.done():
+                break
             body = ReasoningStep(
                 id=new_id("rs"),
                 conversation_id="raw",
@@ -103,6 +110,8 @@ async def raw_sender(url: str, token: str, count: int, rate: float) -> None:
                 destination_identities=["raw-receiver"],
                 topic=DATA_TOPIC,
             )
+            sent += 1
+        print(f"sent {sent}", flush=True)
     finally:
         await room.disconnect()
 
@@ -185,9 +194,17 @@ async def amain(args: argparse.Namespace) -> None:
                         "--raw-sender",
                         server.url,
                         server.token("raw-sender", raw_room_name),
-                        str(target),
+                        str(3 * target),
                         str(args.rate),
+                        stdin=asyncio.subprocess.PIPE,
+                        stdout=asyncio.subprocess.PIPE,
                     )
+                    assert sender.stdin is not None and sender.stdout is not None
+                    # Its start (a Python process joining a room) is not what is measured:
+                    # the window opens when it is ready to send.
+                    ready = await asyncio.wait_for(sender.stdout.readline(), 120)
+                    if ready.strip() != b"ready":
+                        raise SystemExit(f"the raw sender did not start: {ready!r}")
                     deadline = time.monotonic() + 10 + 3 * target / args.rate
                     asked_at = -math.inf
                     while (
@@ -203,7 +220,9 @@ async def amain(args: argparse.Namespace) -> None:
                             await send(go)
                         await asyncio.sleep(0.1)
                     await send(ControlStop(conversation_id=room_name))
-                    await asyncio.wait_for(sender.wait(), 30)
+                    # communicate() closes its stdin: the sender stops and says its count.
+                    said, _ = await asyncio.wait_for(sender.communicate(b""), 30)
+                    raw_sent = said.decode().strip()
                 finally:
                     await client.disconnect()
                     await raw_receiver.disconnect()
@@ -211,8 +230,11 @@ async def amain(args: argparse.Namespace) -> None:
     worker = worker_rx.samples[WARMUP:target]
     raw = raw_rx.samples[WARMUP:target]
     if len(worker) < args.steps or len(raw) < args.steps:
-        raise SystemExit(f"too few samples: worker {len(worker)}, raw {len(raw)}")
-    print(f"samples: {len(worker)} worker, {len(raw)} raw (rate {args.rate}/s each)")
+        raise SystemExit(
+            f"too few samples: worker {len(worker)}, raw {len(raw)} "
+            f"(of {len(raw_rx.samples)} received; the raw sender: {raw_sent!r})"
+        )
+    print(f"samples: {len(worker)} worker, {len(raw)} raw (rate {args.rate}/s each; {raw_sent})")
     for name, values in (("worker", worker), ("raw", raw)):
         print(
             f"{name:6s} p50={percentile(values, 50):.3f} ms  p90={percentile(values, 90):.3f} ms"
@@ -231,8 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     """Run the benchmark (or, with --raw-sender, the raw path's sending process)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--raw-sender":
-        url, token, count, rate = argv[1], argv[2], int(argv[3]), float(argv[4])
-        asyncio.run(raw_sender(url, token, count, rate))
+        url, token, limit, rate = argv[1], argv[2], int(argv[3]), float(argv[4])
+        asyncio.run(raw_sender(url, token, limit, rate))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=500, help="samples per path")

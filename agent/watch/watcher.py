@@ -285,6 +285,7 @@ class Watcher:
             metadata=LEASE_REQUIRED if lease else "",
         )
         copies = _TAKEOVER_COPIES if follow else 1
+        sent = time.time()  # a worker may take the job before the request returns
         created = (
             await asyncio.gather(
                 *(self.lk.agent_dispatch.create_dispatch(request) for _ in range(copies))
@@ -296,7 +297,7 @@ class Watcher:
             extra={"room": room, "reason": why, "attempt": attempt},
         )
         if follow and attempt < _MAX_REDISPATCH and room not in self._following:
-            task = asyncio.create_task(self._follow(room, created.id, attempt))
+            task = asyncio.create_task(self._follow(room, created.id, attempt, sent))
             self._following[room] = task
             task.add_done_callback(self._followed)
 
@@ -320,12 +321,12 @@ class Watcher:
             if t is task:
                 del self._following[room]
 
-    async def _follow(self, room: str, dispatch_id: str, attempt: int) -> None:
-        """Dispatch again if no agent of ours joined in time (a stalled worker has the job;
-        a dispatch is never deleted: that would end a job a worker did take)."""
+    async def _follow(self, room: str, dispatch_id: str, attempt: int, since: float) -> None:
+        """Dispatch again if no worker took the dispatch sent at ``since`` (epoch seconds)
+        and no agent of ours joined in time (a stalled worker has the job; a dispatch is
+        never deleted: that would end a job a worker did take)."""
         s = self.settings
         try:
-            since = time.time()
             await asyncio.sleep(s.redispatch_s)
             lease = await self.leases.get(room)
             if lease is not None and (lease.accepted_at or 0.0) >= since - _CLOCK_SLACK_S:

@@ -1,11 +1,17 @@
-"""The watcher's rule (pure) and its webhook endpoint's signature check."""
+"""The watcher's rule (pure), its webhook endpoint's signature check, and its following of
+a dispatch (on stand-ins for livekit-server's API and the leases)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
+import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from livekit import api
@@ -14,7 +20,7 @@ from starlette.testclient import TestClient
 from alicia.agent.settings import WatchSettings
 from alicia.agent.storage.leases import Lease
 from alicia.agent.watch.app import create_app
-from alicia.agent.watch.watcher import RoomView, decide
+from alicia.agent.watch.watcher import RoomView, Watcher, decide
 
 NOW = 1_000_000.0
 
@@ -66,8 +72,8 @@ def test_an_agent_that_never_claims_is_removed_after_the_grace() -> None:
     assert rule(view, None) == (True, ("agent-x",))
 
 
-def watch_client() -> TestClient:
-    """The watcher's web app under test (no lifespan: nothing is polled)."""
+def watch_settings(**changes: Any) -> WatchSettings:
+    """Settings for a watcher that reaches no server unless a test gives it one."""
     settings = WatchSettings(
         livekit_url="ws://127.0.0.1:1",
         livekit_api_key="key",
@@ -75,7 +81,12 @@ def watch_client() -> TestClient:
         database_url="sqlite+aiosqlite:///:memory:",
         agent_name="alicia",
     )
-    return TestClient(create_app(settings))
+    return dataclasses.replace(settings, **changes)
+
+
+def watch_client() -> TestClient:
+    """The watcher's web app under test (no lifespan: nothing is polled)."""
+    return TestClient(create_app(watch_settings()))
 
 
 def test_webhooks_need_livekit_s_signature() -> None:
@@ -122,3 +133,46 @@ def test_an_agent_s_departure_is_logged_with_its_reason_even_one_unknown_here(
         "webhook participant_left r2 agent-a (999)",
     ]
     assert client.app.state.watcher._pending == {"r1", "r2"}  # type: ignore[attr-defined]
+
+
+class _SlowDispatchAPI:
+    """livekit-server's API as the watcher sees it, where a worker takes each dispatch
+    (its lease says so) before the request that created it has returned."""
+
+    def __init__(self, leases: _Leases) -> None:
+        self.created: list[str] = []
+        self.agent_dispatch = SimpleNamespace(create_dispatch=self._create)
+        self.room = SimpleNamespace(list_participants=self._participants)
+        self._leases = leases
+
+    async def _create(self, request: api.CreateAgentDispatchRequest) -> Any:
+        self.created.append(request.room)
+        self._leases.accepted_at = time.time()  # the job is taken while the reply travels
+        await asyncio.sleep(0.3)
+        return SimpleNamespace(id=f"AD_{len(self.created)}")
+
+    async def _participants(self, request: api.ListParticipantsRequest) -> Any:
+        alice = api.ParticipantInfo(identity="alice", kind=api.ParticipantInfo.Kind.STANDARD)
+        return SimpleNamespace(participants=[alice])  # its agent has not joined yet
+
+
+class _Leases:
+    def __init__(self) -> None:
+        self.accepted_at: float | None = None
+
+    async def get(self, room: str) -> Lease:
+        return Lease(room, None, None, 0.0, time.time(), accepted_at=self.accepted_at)
+
+    async def begin_dispatch(self, room: str, timeout_s: float, grace_s: float) -> bool:
+        return True
+
+
+async def test_a_dispatch_taken_before_its_request_returned_is_not_sent_again() -> None:
+    settings = watch_settings(redispatch_s=0.2)
+    leases = _Leases()
+    lk = _SlowDispatchAPI(leases)
+    watcher = Watcher(settings, leases)  # type: ignore[arg-type]
+    watcher._lk = lk  # type: ignore[assignment]
+    await watcher._dispatch("r1", "a test")
+    await asyncio.gather(*watcher._following.values())
+    assert lk.created == ["r1", "r1"]  # the takeover's two copies, and no third
