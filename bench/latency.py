@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import platform
@@ -123,6 +124,7 @@ class Receiver:
         self.samples: list[float] = []
         self.agent = sender
         self.configured = asyncio.Event()
+        self.first = asyncio.Event()
         self._key = meta_key
         room.on("data_received", self._on_data)
 
@@ -135,6 +137,7 @@ class Receiver:
             self.configured.set()
         if isinstance(env.body, ReasoningStep) and env.meta and self._key in env.meta:
             self.samples.append((now - env.meta[self._key]) / 1e6)
+            self.first.set()
 
 
 async def agent_identity(room: rtc.Room, within: float = 30.0) -> str:
@@ -167,6 +170,7 @@ async def amain(args: argparse.Namespace) -> None:
                 client, raw_receiver = rtc.Room(), rtc.Room()
                 await client.connect(server.url, server.token("bench-client", room_name))
                 await raw_receiver.connect(server.url, server.token("raw-receiver", raw_room_name))
+                sender: asyncio.subprocess.Process | None = None
                 try:
                     agent = await agent_identity(client)
                     worker_rx = Receiver(client, META_CLOSED_AT, agent)
@@ -188,42 +192,48 @@ async def amain(args: argparse.Namespace) -> None:
                             break
                         except TimeoutError:
                             continue
+                    # The worker path first: ask until a step comes back (a packet sent
+                    # as the agent subscribes may be lost, seen once on a loaded machine).
+                    async with asyncio.timeout(120):
+                        while not worker_rx.samples:
+                            go = UserMessage(
+                                id=new_id("msg"), conversation_id=room_name, content="go"
+                            )
+                            await send(go)
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(worker_rx.first.wait(), 5.0)
+                    window = 10 + 3 * target / args.rate
                     sender = await asyncio.create_subprocess_exec(
                         sys.executable,
                         __file__,
                         "--raw-sender",
                         server.url,
                         server.token("raw-sender", raw_room_name),
-                        str(3 * target),
+                        str(math.ceil(window * args.rate)),  # never more than the window
                         str(args.rate),
                         stdin=asyncio.subprocess.PIPE,
                         stdout=asyncio.subprocess.PIPE,
                     )
-                    assert sender.stdin is not None and sender.stdout is not None
+                    assert sender.stdout is not None
                     # Its start (a Python process joining a room) is not what is measured:
-                    # the window opens when it is ready to send.
+                    # both paths' windows open when it is ready to send.
                     ready = await asyncio.wait_for(sender.stdout.readline(), 120)
                     if ready.strip() != b"ready":
                         raise SystemExit(f"the raw sender did not start: {ready!r}")
-                    deadline = time.monotonic() + 10 + 3 * target / args.rate
-                    asked_at = -math.inf
-                    while (
+                    worker_rx.samples.clear()
+                    deadline = time.monotonic() + window
+                    while (  # noqa: ASYNC110 (two counts and a deadline)
                         len(worker_rx.samples) < target or len(raw_rx.samples) < target
                     ) and time.monotonic() < deadline:
-                        # Ask again while no step came back: a packet sent as the agent
-                        # subscribes may be lost (seen once on a loaded machine).
-                        if not worker_rx.samples and time.monotonic() - asked_at > 5.0:
-                            asked_at = time.monotonic()
-                            go = UserMessage(
-                                id=new_id("msg"), conversation_id=room_name, content="go"
-                            )
-                            await send(go)
                         await asyncio.sleep(0.1)
                     await send(ControlStop(conversation_id=room_name))
                     # communicate() closes its stdin: the sender stops and says its count.
                     said, _ = await asyncio.wait_for(sender.communicate(b""), 30)
                     raw_sent = said.decode().strip()
                 finally:
+                    if sender is not None and sender.returncode is None:
+                        sender.kill()
+                        await sender.wait()
                     await client.disconnect()
                     await raw_receiver.disconnect()
 

@@ -2,11 +2,10 @@
 recorded LLM, and a one-route chat server.
 
 Both servers are started once per session on free loopback ports and stopped at the end.
-The failover tests get a livekit-server of their own per module (``livekit``), posting its
-webhooks to the watcher's port (``watch_port``).
 Nothing is skipped when a component is missing: the harness installs it or fails.
 A folder's own fixtures are in its ``conftest.py`` (``tests/engine`` has a fresh ``llm``
-per test, ``tests/e2e`` the module's ``worker``). With parallel workers (``./scripts/test``)
+per test, ``tests/e2e`` the module's ``worker`` and, for a watcher's tests, a module's
+own ``livekit``). With parallel workers (``./scripts/test``)
 each worker has its own servers (:mod:`tests.support.scheduling`).
 """
 
@@ -19,7 +18,6 @@ import pytest
 import pytest_asyncio
 
 from alicia.harness import LiveKitServer, PostgresServer
-from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM
 from tests.support.chat_server import TRANSPORTS, Handler, serving_chat
 from tests.support.recorded import recorded_llm_for
@@ -39,19 +37,6 @@ def livekit_server() -> Iterator[LiveKitServer]:
 def postgres_server() -> Iterator[PostgresServer]:
     """A real, throwaway PostgreSQL cluster on 127.0.0.1."""
     with PostgresServer() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def watch_port() -> int:
-    """The port a module's watcher receives livekit-server's webhooks on."""
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def livekit(watch_port: int) -> Iterator[LiveKitServer]:
-    """A livekit-server of the module's own, posting webhooks to the watcher's port."""
-    with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
         yield server
 
 

@@ -1,7 +1,8 @@
 """End to end: the module's worker process, a fresh script per test, the served manifest.
 
 The module's recorded LLM is ``llm`` (``tests/conftest.py``); the voice tests have a fresh
-one per test (``tests/e2e/voice/conftest.py``).
+one per test (``tests/e2e/voice/conftest.py``). The watcher's tests get a livekit-server of
+the module's own (``livekit``), posting its webhooks to the watcher's port (``watch_port``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from alicia.harness import LiveKitServer
+from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
 from tests.e2e.worker import WorkerProcess, running_worker
 
@@ -19,6 +21,19 @@ WORKER_ENV = {"ALICIA_STEP_MAX_DELAY": "0.2", "ALICIA_LOAD_THRESHOLD": "inf"}
 """The module worker's settings unless the module sets its own ``WORKER_ENV``: steps cut
 after 0.2 s of silence, and no load limit (the machine is shared: never let CPU load make
 the worker refuse a room)."""
+
+
+@pytest.fixture(scope="module")
+def watch_port() -> int:
+    """The port a module's watcher receives livekit-server's webhooks on."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def livekit(watch_port: int) -> Iterator[LiveKitServer]:
+    """A livekit-server of the module's own, posting webhooks to the watcher's port."""
+    with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
+        yield server
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

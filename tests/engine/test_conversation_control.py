@@ -69,7 +69,9 @@ async def test_control_stop_mid_reasoning_closes_the_turn_and_the_llm_stream(
             while llm.disconnects < 1:
                 await asyncio.sleep(0.01)
 
-    assert elapsed < 0.5
+    # The promise: a stop ends an endless stream at once, not at the turn's end; 1.5 s
+    # leaves a loaded 2-core machine its margin (the endless turn never ends by itself).
+    assert elapsed < 1.5
     tail = turn_of(box)[-2:]
     assert [e.type for e in tail] == [T.START_ANSWER, T.ASSISTANT_SENTENCE]
     assert tail[1].body.is_final and tail[1].body.sequence == 1
