@@ -112,7 +112,7 @@ from livekit.agents.types import (
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from alicia.agent.engine.conversation import META_CLOSED_AT
-from alicia.agent.rooms.ffi_routing import (
+from alicia.agent.gate.ffi_routing import (
     TextStream,
     publish,
     route_room,
@@ -338,7 +338,7 @@ class TurnClient:
     async def start(self, url: str, token: str, gate: asyncio.Semaphore) -> None:
         self.room.on("data_received", self.on_data)
         await _join(self, url, token, gate)
-        route_room(self.room)  # many rooms in this process: see agent/rooms/ffi_routing.py
+        route_room(self.room)  # many rooms in this process: see agent/gate/ffi_routing.py
         stop_capturing_native_logs()  # as the worker does by default
         async with asyncio.timeout(120):
             while not self.agent:
@@ -1053,7 +1053,7 @@ class RoomClient:
     async def start(self, url: str, token: str, gate: asyncio.Semaphore) -> None:
         self.room.on("data_received", self.on_data)
         await _join(self, url, token, gate)
-        route_room(self.room)  # many rooms in this process: see agent/rooms/ffi_routing.py
+        route_room(self.room)  # many rooms in this process: see agent/gate/ffi_routing.py
         stop_capturing_native_logs()  # as the worker does by default
         async with asyncio.timeout(60):
             while not self.agent:

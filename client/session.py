@@ -39,7 +39,7 @@ from typing import Any, Final, Literal
 
 from livekit import rtc
 
-from alicia.agent.rooms.ffi_routing import stop_capturing_native_logs
+from alicia.agent.gate.ffi_routing import stop_capturing_native_logs
 from alicia.protocol import (
     DATA_TOPIC,
     Configuration,

@@ -3,7 +3,7 @@
 :class:`Transport` is the interface :class:`~alicia.agent.engine.conversation.Conversation`
 sees: ``send`` bytes to some participants, iterate incoming packets (and departures),
 ``aclose``. One envelope is one packet; the transport neither encodes nor decodes.
-Front ends implement it: ``alicia.agent.rooms.transport.RoomTransport`` on a LiveKit room;
+Front ends implement it: ``alicia.agent.gate.transport.RoomTransport`` on a LiveKit room;
 ``tests/support/fakes.py`` has an in-memory one.
 
 Exception tree::

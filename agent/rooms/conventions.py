@@ -11,7 +11,7 @@ in a text room, as livekit-agents' room I/O does for an AgentSession:
   write per sentence (a space between them), closed with ``lk.transcription_final``
   ``true``; no ``lk.transcribed_track_id``, as the agent publishes no track. Streams and
   attribute updates go through the process's FFI router
-  (:mod:`~alicia.agent.rooms.ffi_routing`): the SDK's own calls cost every other room a
+  (:mod:`~alicia.agent.gate.ffi_routing`): the SDK's own calls cost every other room a
   wake-up per pending write;
 * ``lk.agent.state`` is ``listening`` once the room is served, ``thinking`` from a turn's
   start until its answer begins (the model reads, reasons or calls tools), ``speaking``
@@ -46,8 +46,7 @@ from livekit.agents.types import (
 from alicia.agent.engine.events import TurnStatus
 from alicia.agent.engine.outbox import Tenure
 from alicia.agent.engine.participants import TurnRequest
-
-from .ffi_routing import TextStream, set_attributes
+from alicia.agent.gate.ffi_routing import TextStream, set_attributes
 
 __all__ = ["CHAT_TOPIC", "AgentState", "RoomConventions"]
 

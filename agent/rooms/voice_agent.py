@@ -25,6 +25,7 @@ from livekit.agents import Agent, AgentSession, JobContext, TurnHandlingOptions,
 from livekit.agents.voice import room_io
 
 from alicia.agent.engine.tools import default_tools
+from alicia.agent.gate.room import doors_of_room
 from alicia.agent.session.attach import attach_reasoning
 from alicia.agent.session.host import start_gated_host
 from alicia.agent.session.llm import AliciaLLM
@@ -101,6 +102,7 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     # conventions off, not at all.
     chat = CHAT_TOPIC if settings.lk_conventions else None
     options = room_io.RoomOptions(text_input=False)
+    doors_of_room(ctx.room).adopt()  # livekit-agents' stream handlers through their doors
     gate_pre_connect_audio(ctx.room)  # before RoomIO registers livekit-agents' handler
     await session.start(agent=agent, room=ctx.room, session_host=False, room_options=options)
     await start_gated_host(session, ctx.room)

@@ -32,6 +32,9 @@ from livekit.agents import (
 from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.env import EnvReader
+from alicia.agent.gate.ffi_routing import stop_capturing_native_logs
+from alicia.agent.gate.grants import grants_of
+from alicia.agent.gate.transport import RoomTransport, announce
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.storage.leases import lease_required
@@ -50,10 +53,8 @@ from .failover import (
     warm_storage,
     watch_drain,
 )
-from .ffi_routing import stop_capturing_native_logs
 from .forkserver import MODULE as FORKSERVER_PRELOAD
 from .room_loop import shared_room_loop
-from .transport import RoomTransport, announce
 
 __all__ = ["build_server", "entrypoint"]
 
@@ -202,8 +203,10 @@ async def _entry(ctx: JobContext, settings: Settings) -> None:
             ctx.shutdown("room closed")  # ends the job: ctx.room itself was never connected
         return
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.voice else AutoSubscribe.SUBSCRIBE_NONE
+    grants = grants_of(ctx.room)  # from the first moment: who could set its own attributes
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
+    grants.look_all()
     if settings.voice:
         from .voice_agent import serve_voice_room  # livekit-agents' voice stack
 
@@ -226,12 +229,14 @@ def _on_shared_loop(settings: Settings) -> bool:
 async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
     """On the shared room loop: join the job's room as the job's participant and serve it."""
     room = rtc.Room()
+    grants = grants_of(room)  # from the first moment: who could set its own attributes
     async with _connect_slot():
         await room.connect(
             settings.livekit_url,
             _job_token(ctx, settings),
             rtc.RoomOptions(auto_subscribe=False),
         )
+    grants.look_all()
     try:
         await _serve(room, settings, lease_required=lease_required(ctx.job.metadata))
     finally:

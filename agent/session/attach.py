@@ -14,6 +14,8 @@ from typing import Any
 from livekit import rtc
 from livekit.agents import AgentSession
 
+from alicia.agent.gate.grants import grants_of
+from alicia.agent.gate.room import doors_of_room
 from alicia.agent.settings import Settings
 
 from .bridge import ReasoningBridge
@@ -46,9 +48,12 @@ async def attach_reasoning(
     from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
     # The gates first: until then livekit-agents' open host answers anyone in the room,
-    # and its pre-connect audio takes anyone's audio as anyone's.
-    await gate_session_host(agent_session, room)
+    # and its pre-connect audio takes anyone's audio as anyone's. Every stream handler of
+    # a topic in the table of doors (livekit-agents' own) goes through its door.
+    grants_of(room)
+    doors_of_room(room).adopt()
     gate_pre_connect_audio(room)
+    await gate_session_host(agent_session, room)
     if settings is None:
         settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
     sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)

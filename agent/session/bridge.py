@@ -61,7 +61,7 @@ from alicia.agent.engine.projection import TurnProjection
 from alicia.agent.engine.session import ProtocolSession
 from alicia.agent.engine.sink import StepSink
 from alicia.agent.engine.tools import Outcome, ToolError, parse_arguments
-from alicia.agent.rooms.transport import RoomTransport, announce
+from alicia.agent.gate.transport import RoomTransport, announce
 from alicia.agent.session.progress import ProgressSpeaker, Remark
 from alicia.agent.session.speeches import running_speech, speech_failed, spoken_text
 from alicia.agent.session.spoken import KnownListeners, announce_remark, listening_level

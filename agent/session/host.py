@@ -4,15 +4,21 @@ livekit-agents 1.8 answers every session host request from any participant of th
 ``run_input`` asks the model a text (after interrupting whatever the agent was saying),
 ``update_io`` mutes the agent for everyone, ``get_agent_info`` returns its instructions.
 :func:`gate_session_host` puts the session's host on :class:`GatedRoomTransport`, which
-decides per request from the sender's verified join token (``protocol/DECISIONS.md``,
-"The host framework's own channels"):
+decides per request from what livekit-server vouches for of the sender
+(``protocol/DECISIONS.md``, "The host framework's own channels"); the streams come through
+the ``session host`` door of the table (``alicia.agent.gate.doors``), which bounds them:
 
 * open to every participant (read-only, no reasoning, what the room sees anyway):
   ``ping``, ``get_chat_history``, ``get_session_state``, ``get_session_usage``,
-  ``get_framework_info``, ``get_rtc_stats``;
-* the operator grant (``alicia.operator=true`` in the token) only: ``run_input`` (it
-  interrupts anyone's turn, which a ControlStop may do only with that grant),
-  ``update_io``, ``get_agent_info`` (the instructions) and ``finalize_simulation``.
+  ``get_framework_info``;
+* the operator grant (``alicia.operator=true``, vouched for by the server) only:
+  ``run_input`` (it interrupts anyone's turn, which a ControlStop may do only with that
+  grant), ``update_io``, ``get_agent_info`` (the instructions), ``finalize_simulation``
+  and ``get_rtc_stats`` (its ICE candidates name the worker's network addresses).
+
+A request waits (bounded) for the room to know its sender in a task of its own, at most
+a few per sender, so no sender holds anyone else's; a sender that left, or whose grant
+went while its request waited, is refused.
 
 The instructions also ride on the chat items that change the agent's configuration
 (``agent_config_update``, in ``conversation_item_added`` events and the chat history):
@@ -28,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
@@ -42,8 +48,12 @@ from livekit.agents.voice.remote_session import (
 )
 from livekit.protocol.agent_pb import agent_session as agent_pb
 
-from alicia.agent.engine.participants import OPERATOR_GRANT, is_operator
-from alicia.agent.rooms.transport import peer_of
+from alicia.agent.engine.participants import OPERATOR_GRANT
+from alicia.agent.engine.rights import Right, admits
+from alicia.agent.gate.doors import SESSION_OPEN, SESSION_OPERATOR, door
+from alicia.agent.gate.grants import peer_of
+from alicia.agent.gate.refusals import refused
+from alicia.agent.gate.room import Bounded, StreamCut, doors_of_room
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -55,32 +65,18 @@ __all__ = [
 
 logger = logging.getLogger("alicia.session")
 
-OPEN_REQUESTS: Final = frozenset(
-    {
-        "ping",
-        "get_chat_history",
-        "get_session_state",
-        "get_session_usage",
-        "get_framework_info",
-        "get_rtc_stats",
-    }
-)
+SESSION_HOST: Final = door("session host")
+OPEN_REQUESTS: Final = frozenset(SESSION_OPEN)
 """Requests any participant may send."""
-OPERATOR_REQUESTS: Final = frozenset(
-    {"run_input", "update_io", "get_agent_info", "finalize_simulation"}
-)
+OPERATOR_REQUESTS: Final = frozenset(SESSION_OPERATOR)
 """Requests only a participant with the operator grant may send."""
-MAX_REQUEST_BYTES: Final = 64 * 1024
-"""A request stream longer than this is not read further and gets no answer."""
+MAX_REQUEST_BYTES: Final = SESSION_HOST.bounds.bytes_each or 64 * 1024
+"""A request stream longer than this is closed unread and gets no answer."""
 _QUEUE: Final = 32
-"""Requests read and waiting to be handled (more are dropped: the room floods)."""
-_READ_WITHIN_S: Final = 2.0
-"""A request (one small protobuf) arrives whole within this; a stream held open longer is
-dropped, so that it holds nothing up."""
-_READERS: Final = 16
-"""Request streams read at once, all senders together; more are dropped."""
-_READERS_EACH: Final = 2
-"""Request streams read at once from one sender; more of its are dropped."""
+"""Requests admitted and waiting for the session host, all senders together."""
+_WAITING_EACH: Final = SESSION_HOST.bounds.queued_each or 4
+"""Requests of one sender read and not yet taken by the session host (waiting for the
+room to know their sender, or queued); more of its are refused."""
 _KNOWN_WITHIN_S: Final = 5.0
 """How long a request waits for the room to learn of its sender (its grants)."""
 _PENDING: Final = 256
@@ -88,94 +84,114 @@ _PENDING: Final = 256
 
 
 class GatedRoomTransport(SessionTransport):
-    """The room's ``lk.agent.session`` byte streams, each request let through only from a
-    sender entitled to it (see the module docstring)."""
+    """The room's ``lk.agent.session`` byte streams (the ``session host`` door), each
+    request let through only from a sender entitled to it (see the module docstring)."""
 
     def __init__(self, room: rtc.Room, may_operate: Callable[[str], bool] | None = None) -> None:
         """``may_operate(identity)``: the sender holds the operator grant (by default, from
-        its verified join token as the room knows it)."""
+        what livekit-server vouches for, :func:`~alicia.agent.gate.grants.peer_of`)."""
         self._room = room
         self._may_operate = may_operate or self._operator
         self._incoming: asyncio.Queue[tuple[agent_pb.AgentSessionMessage, str]] = asyncio.Queue(
             _QUEUE
         )
-        self._reading: dict[str, int] = {}
-        """Streams being read, by sender."""
+        self._waiting: Counter[str] = Counter()
+        """Requests of each sender read and not yet taken by the read loop."""
         self._readers: set[asyncio.Task[None]] = set()
         self._received: asyncio.Queue[agent_pb.AgentSessionMessage | None] = asyncio.Queue(_QUEUE)
         self._askers: OrderedDict[str, str] = OrderedDict()
         """request id -> the identity that sent it (its response goes there only)."""
         self._read_task: asyncio.Task[None] | None = None
+        self._close_door: Callable[[], None] | None = None
         self._send_lock = asyncio.Lock()
         self._closed = False
 
     def _operator(self, identity: str) -> bool:
         participant = self._room.remote_participants.get(identity)
-        return participant is not None and is_operator(peer_of(participant))
+        if participant is None:
+            return False
+        return admits(Right.OPERATOR, peer_of(self._room, participant))
+
+    def _allowed(self, kind: str, identity: str) -> bool:
+        if kind in OPEN_REQUESTS:
+            return identity in self._room.remote_participants
+        return kind in OPERATOR_REQUESTS and self._may_operate(identity)
 
     async def _known(self, identity: str) -> None:
         """Wait (bounded) until the room knows ``identity``: livekit-server announces a
         participant that publishes no track in its next batch of joins (up to 3 s), and
-        its grants are unknown until then."""
+        its grants are unknown until then. Only this request waits (its sender's share)."""
         for _ in range(int(_KNOWN_WITHIN_S / 0.1)):
             if identity in self._room.remote_participants:
                 return
             await asyncio.sleep(0.1)
 
     async def start(self) -> None:
-        """Take the room's ``lk.agent.session`` streams."""
+        """Take the room's ``lk.agent.session`` streams through their door."""
         if self._read_task is not None:
             return
-        self._room.register_byte_stream_handler(TOPIC_SESSION_MESSAGES, self._on_stream)
+        self._close_door = doors_of_room(self._room).streams(SESSION_HOST, self._on_stream)
         self._read_task = asyncio.create_task(self._read_loop(), name="alicia-session-host")
 
-    def _on_stream(self, reader: rtc.ByteStreamReader, identity: str) -> None:
-        if self._closed or (
-            self._reading.get(identity, 0) >= _READERS_EACH
-            or sum(self._reading.values()) >= _READERS
-        ):
-            logger.warning("session host request dropped: too many open", extra={"from": identity})
-            return
-        self._reading[identity] = self._reading.get(identity, 0) + 1
+    def _on_stream(self, reader: Bounded[bytes], identity: str) -> None:
+        # The door bounds the streams open (per sender, per room), their size and time.
         task = asyncio.create_task(self._take(reader, identity), name="alicia-session-request")
         self._readers.add(task)
         task.add_done_callback(self._readers.discard)
 
-    async def _take(self, reader: rtc.ByteStreamReader, identity: str) -> None:
-        """Read one request stream, within :data:`_READ_WITHIN_S`, and queue it."""
+    async def _take(self, reader: Bounded[bytes], identity: str) -> None:
+        """Read one request stream (within its door's bounds), check it, and queue it."""
         try:
-            async with asyncio.timeout(_READ_WITHIN_S):
-                message = await self._read(reader, identity)
-        except TimeoutError:
-            logger.info("session host request not sent whole in time", extra={"from": identity})
+            data = await reader.read_all()
+        except StreamCut:
+            return  # refused by the door: counted and logged there
+        except Exception as exc:
+            logger.info("session host request not read", extra={"error": repr(exc)})
             return
-        finally:
-            left = self._reading.pop(identity, 1) - 1
-            if left:
-                self._reading[identity] = left
-        if message is None:
-            return
+        message = agent_pb.AgentSessionMessage()
         try:
-            self._incoming.put_nowait((message, identity))
-        except asyncio.QueueFull:
-            logger.warning("session host request dropped: queue full", extra={"from": identity})
-
-    async def _read_loop(self) -> None:
-        while True:
-            message, identity = await self._incoming.get()
-            if not message.HasField("request"):
-                continue  # not a request: the console's audio has no place in a room
+            message.ParseFromString(data)
+        except Exception:
+            refused(SESSION_HOST, identity, "malformed")
+            return
+        if not message.HasField("request"):
+            return  # not a request: the console's audio has no place in a room
+        if self._waiting[identity] >= _WAITING_EACH:
+            refused(SESSION_HOST, identity, "too many waiting")
+            return
+        self._waiting[identity] += 1
+        queued = False
+        try:
             request = message.request
             kind = request.WhichOneof("request") or ""
             if kind in OPERATOR_REQUESTS:
                 await self._known(identity)
-            allowed = kind in OPEN_REQUESTS or (
-                kind in OPERATOR_REQUESTS and self._may_operate(identity)
-            )
-            if not allowed:
-                logger.info(
-                    "session host request refused", extra={"from": identity, "request": kind}
-                )
+            if not self._allowed(kind, identity):
+                await self._refuse(identity, request.request_id, kind)
+                return
+            try:
+                self._incoming.put_nowait((message, identity))
+                queued = True
+            except asyncio.QueueFull:
+                refused(SESSION_HOST, identity, "the room's queue is full")
+        finally:
+            if not queued:
+                self._release(identity)
+
+    def _release(self, identity: str) -> None:
+        left = self._waiting[identity] - 1
+        if left > 0:
+            self._waiting[identity] = left
+        else:
+            del self._waiting[identity]
+
+    async def _read_loop(self) -> None:
+        while True:
+            message, identity = await self._incoming.get()
+            self._release(identity)
+            request = message.request
+            kind = request.WhichOneof("request") or ""
+            if not self._allowed(kind, identity):  # it left, or its grant went meanwhile
                 await self._refuse(identity, request.request_id, kind)
                 continue
             self._askers[request.request_id] = identity
@@ -183,31 +199,13 @@ class GatedRoomTransport(SessionTransport):
                 self._askers.popitem(last=False)
             await self._received.put(message)
 
-    async def _read(
-        self, reader: rtc.ByteStreamReader, identity: str
-    ) -> agent_pb.AgentSessionMessage | None:
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in reader:
-                size += len(chunk)
-                if size > MAX_REQUEST_BYTES:
-                    logger.warning("session host request too long", extra={"from": identity})
-                    return None
-                chunks.append(chunk)
-            message = agent_pb.AgentSessionMessage()
-            message.ParseFromString(b"".join(chunks))
-        except Exception as exc:
-            logger.info("session host message unreadable", extra={"error": repr(exc)})
-            return None
-        return message
-
     async def _refuse(self, identity: str, request_id: str, kind: str) -> None:
         rule = (
             f"not permitted: {kind} needs the operator grant ({OPERATOR_GRANT}=true)"
             if kind in OPERATOR_REQUESTS
             else f"not permitted: {kind or 'this request'} is not served here"
         )
+        refused(SESSION_HOST, identity, rule)
         refusal = agent_pb.AgentSessionMessage(
             response=agent_pb.SessionResponse(request_id=request_id, error=rule)
         )
@@ -242,13 +240,12 @@ class GatedRoomTransport(SessionTransport):
         if self._closed:
             return
         self._closed = True
+        if self._close_door is not None:
+            self._close_door()  # its open streams end
         readers = [*self._readers, *([self._read_task] if self._read_task else [])]
         for task in readers:
             task.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
-        if self._read_task is not None:
-            with contextlib.suppress(ValueError, AttributeError):
-                self._room.unregister_byte_stream_handler(TOPIC_SESSION_MESSAGES)
         with contextlib.suppress(asyncio.QueueFull):
             self._received.put_nowait(None)
 

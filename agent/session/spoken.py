@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 import msgspec
 from livekit import rtc
@@ -21,7 +22,9 @@ from alicia.agent.engine.participants import REASONING_GRANT, Visibility, visibi
 from alicia.agent.engine.remarks import SpokenLevel, spoken_level
 from alicia.agent.engine.session import ProtocolSession
 from alicia.agent.engine.sink import META_SEALED, REMARK_TYPE
-from alicia.agent.rooms.transport import peer_of
+from alicia.agent.gate.doors import door
+from alicia.agent.gate.grants import peer_of
+from alicia.agent.gate.room import doors_of_room
 from alicia.protocol import Commentary, new_id
 from alicia.protocol import ids as id_prefix
 
@@ -33,7 +36,7 @@ def listening_level(room: rtc.Room, default: Visibility) -> SpokenLevel:
     Every participant but agents listens: people (standard, SIP) and recorders (egress,
     whose files are a disk the reasoning must be entitled to)."""
     return spoken_level(
-        visibility_of(peer_of(p).grant(REASONING_GRANT), default)
+        visibility_of(peer_of(room, p).grant(REASONING_GRANT), default)
         for p in room.remote_participants.values()
         if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
     )
@@ -66,11 +69,13 @@ class KnownListeners:
         """The identities that may subscribe."""
         self._waiting: dict[str, asyncio.TimerHandle] = {}
         """Announced participants not let in yet."""
+        self._stop_following: Callable[[], None] | None = None
 
     def start(self) -> KnownListeners:
         """Close the tracks to all but the known participants, and follow joins and leaves."""
         self._room.on("participant_connected", self._joined)
         self._room.on("participant_disconnected", self._left)
+        self._stop_following = doors_of_room(self._room).changes(door("grants"), self._changed)
         self._in = {i for i, p in self._room.remote_participants.items() if self._may_hear(p)}
         self._update()
         return self
@@ -79,6 +84,8 @@ class KnownListeners:
         """Stop following the roster (the permissions stay as they are)."""
         self._room.off("participant_connected", self._joined)
         self._room.off("participant_disconnected", self._left)
+        if self._stop_following is not None:
+            self._stop_following()
         for handle in self._waiting.values():
             handle.cancel()
         self._waiting.clear()
@@ -89,7 +96,7 @@ class KnownListeners:
         taker) only if its own grant allows summaries."""
         if p.kind != rtc.ParticipantKind.PARTICIPANT_KIND_AGENT:
             return True
-        level = visibility_of(peer_of(p).grant(REASONING_GRANT), self._default)
+        level = visibility_of(peer_of(self._room, p).grant(REASONING_GRANT), self._default)
         return spoken_level([level]) == "summary"
 
     def _joined(self, p: rtc.RemoteParticipant) -> None:
@@ -97,9 +104,19 @@ class KnownListeners:
             loop = asyncio.get_running_loop()
             self._waiting[p.identity] = loop.call_later(LET_IN_AFTER_S, self._let_in, p.identity)
 
+    def _changed(self, p: rtc.RemoteParticipant) -> None:
+        """Every grant is checked again at every change: another agent whose grant went
+        below summaries is shut out at once; one raised is let in as a newcomer."""
+        if p.identity in self._in and not self._may_hear(p):
+            self._in.discard(p.identity)
+            self._update()
+        elif p.identity not in self._in and p.identity not in self._waiting:
+            self._joined(p)
+
     def _let_in(self, identity: str) -> None:
         self._waiting.pop(identity, None)
-        if identity in self._room.remote_participants:
+        p = self._room.remote_participants.get(identity)
+        if p is not None and self._may_hear(p):  # its grant may have gone meanwhile
             self._in.add(identity)
             self._update()
 

@@ -15,6 +15,8 @@ meter provider (:func:`~alicia.agent.telemetry.setup.meter_provider`, with
 * ``alicia.packets.dropped`` by ``alicia.reason`` (``queue_full``: a room's incoming queue
   was full; ``unattributed``: the SDK could not name the sender); refusals are the
   engine's (:mod:`.otel`);
+* ``alicia.doors.refused`` by ``alicia.door`` and ``alicia.reason``: what a door of the
+  table (``alicia.agent.gate.doors``) refused before the engine saw it;
 * ``alicia.queue.depth`` (gauge) by ``alicia.queue``: items waiting now, summed over the
   process (``storage``: records not yet stored; ``incoming``: packets not yet handled),
   read only when metrics are exported (:func:`watch_queue`).
@@ -42,6 +44,7 @@ __all__ = [
     "DROPPED",
     "FENCED",
     "LEASE_CLAIMS",
+    "REFUSED",
     "ROOMS",
     "TAKEOVERS",
     "lease_span",
@@ -69,6 +72,11 @@ AGUI_REQUESTS: Final = _METER.create_counter(
 )
 DROPPED: Final = _METER.create_counter(
     "alicia.packets.dropped", unit="{packet}", description="Incoming packets dropped, by reason"
+)
+REFUSED: Final = _METER.create_counter(
+    "alicia.doors.refused",
+    unit="{refusal}",
+    description="Ways in refused at their door, by door and reason",
 )
 
 _QUEUES: weakref.WeakKeyDictionary[Any, tuple[str, Callable[[Any], int]]] = (

@@ -249,7 +249,7 @@ async def test_cli_never_aborts_at_exit_after_a_failed_connect() -> None:
     probe = (
         "import sys\n"
         "from alicia.client.cli import main\n"
-        "from alicia.agent.rooms import ffi_routing\n"
+        "from alicia.agent.gate import ffi_routing\n"
         "code = main(sys.argv[1:])\n"
         "print('capture-off' if ffi_routing._logs_released else 'capture-on')\n"
         "sys.exit(code)\n"

@@ -114,13 +114,15 @@ async def refusals_then_a_turn(
     past the deadline (her streams dropped), a whole message of hers as a turn: ``other``
     (a protocol client in her room) sees its Transcription, then the answer's final
     sentence; its box then."""
-    from alicia.agent.rooms.transport import CHAT_DEADLINE_S
+    from alicia.agent.gate.doors import door
     from alicia.protocol import Transcription
     from tests.e2e.worker_client import final, of
 
+    deadline_s = door("chat").bounds.deadline_s or 0.0
+
     await asyncio.sleep(1.0)  # the last refusals on their way
     errors: list[list[Any]] = (await ask("report"))["errors"]
-    await asyncio.sleep(max(0.0, opened_at + CHAT_DEADLINE_S + 1.0 - time.monotonic()))
+    await asyncio.sleep(max(0.0, opened_at + deadline_s + 1.0 - time.monotonic()))
     llm.script("plain_no_reasoning")
     await ask("say a real question")
     await other.wait_until(

@@ -9,7 +9,7 @@ import pytest
 from livekit import api
 
 from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, Regranted, TransportError
-from alicia.agent.rooms.transport import RoomTransport
+from alicia.agent.gate.transport import RoomTransport
 from alicia.harness import LiveKitServer
 from alicia.protocol import DATA_TOPIC, new_id
 from tests.support.fakes import MemoryTransport, Sent
@@ -139,7 +139,7 @@ async def test_routed_rooms_in_one_process_still_get_their_own_packets(
 ) -> None:
     from livekit.rtc._ffi_client import FfiClient
 
-    from alicia.agent.rooms.ffi_routing import FfiRouter
+    from alicia.agent.gate.ffi_routing import FfiRouter
 
     one, two = new_id("conv"), new_id("conv")
     async with (

@@ -22,7 +22,7 @@ from alicia.agent.engine.conversation import Conversation
 from alicia.agent.engine.remarks import CUES
 from alicia.agent.engine.sink import NullSink
 from alicia.agent.engine.tools import default_tools
-from alicia.agent.rooms.transport import RoomTransport
+from alicia.agent.gate.transport import RoomTransport
 from alicia.agent.session import AliciaLLM, ReasoningBridge, attach_reasoning
 from alicia.agent.session.tools import session_tools
 from alicia.agent.speech import EspeakTTS

@@ -19,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any, Final
 
 from livekit import rtc
 
-from alicia.agent.engine.participants import Overloaded, TokenBucket
+from alicia.agent.engine.participants import Overloaded, PacketTooLarge
 from alicia.agent.engine.transport import (
     Incoming,
     Left,
@@ -36,51 +37,25 @@ from alicia.agent.engine.transport import (
     Typed,
 )
 from alicia.agent.telemetry.instruments import DROPPED, watch_queue
-from alicia.protocol import DATA_TOPIC, PROTOCOL_ATTRIBUTE, TEXT_BUDGET_BYTES, ProtocolError
+from alicia.protocol import PROTOCOL_ATTRIBUTE, TEXT_BUDGET_BYTES, ProtocolError
 
+from .doors import door
 from .ffi_routing import publish, route_room
+from .grants import grants_of, peer_of
+from .refusals import refused
+from .room import StreamCut, doors_of_room
 
-__all__ = ["RoomTransport", "announce", "peer_of"]
+__all__ = ["RoomTransport", "announce"]
 
 logger = logging.getLogger("alicia.transport")
 
-DEFAULT_MAX_PENDING: Final = 4096
-_CHAT_READ_LIMIT: Final = TEXT_BUDGET_BYTES + 1
-"""Bytes of one chat message read at most: one more than a user turn may hold, so the
-session refuses what is longer (the rest of the stream is not read)."""
-CHAT_OPEN_PER_SENDER: Final = 4
-"""Chat streams one participant may have open at once; more are refused as they open."""
-CHAT_DEADLINE_S: Final = 15.0
-"""A chat message must be whole within this many seconds of its stream opening."""
-CHAT_OPENS_PER_S: Final = 2.0
-CHAT_OPENS_BURST: Final = 10
-"""Chat streams a participant may open per second (after a burst): charged as each opens."""
-
-
-_KINDS: Final = {
-    rtc.ParticipantKind.PARTICIPANT_KIND_STANDARD: "standard",
-    rtc.ParticipantKind.PARTICIPANT_KIND_INGRESS: "ingress",
-    rtc.ParticipantKind.PARTICIPANT_KIND_EGRESS: "egress",
-    rtc.ParticipantKind.PARTICIPANT_KIND_SIP: "sip",
-    rtc.ParticipantKind.PARTICIPANT_KIND_AGENT: "agent",
-}
-
-
-def peer_of(participant: rtc.RemoteParticipant) -> Peer:
-    """The engine's view of ``participant``, from what livekit-server told the room.
-
-    Attributes come from the verified join token unless the participant holds
-    ``canUpdateOwnMetadata``; if the server sent no permissions at all, the participant is
-    treated as able to set its own (so none of its attributes counts as a grant).
-    """
-    info: Any = participant._info  # the ParticipantInfo the SDK keeps (HasField is there)
-    has_permission = bool(info.HasField("permission")) if hasattr(info, "HasField") else False
-    can_update = participant.permissions.can_update_metadata if has_permission else True
-    return Peer(
-        kind=_KINDS.get(participant.kind, "other"),
-        attributes=participant.attributes,
-        can_update_own_attributes=bool(can_update),
-    )
+PROTOCOL: Final = door("protocol")
+CHAT: Final = door("chat")
+GRANTS: Final = door("grants")
+DEFAULT_MAX_PENDING: Final = PROTOCOL.bounds.open_all or 4096
+"""Packets and typed messages of all senders read and waiting (more are dropped)."""
+MAX_PENDING_EACH: Final = PROTOCOL.bounds.queued_each or 256
+"""The same for one sender: one sender's flood never fills the room's queue."""
 
 
 async def announce(room: rtc.Room, attributes: dict[str, str] | None = None) -> None:
@@ -107,35 +82,40 @@ _END: Final = object()
 
 
 class RoomTransport:
-    """:class:`Transport` over a connected ``rtc.Room``: reliable packets on ``topic``.
+    """:class:`Transport` over a connected ``rtc.Room``: reliable packets on the protocol's
+    topic (the ``protocol`` door), typed input on ``lk.chat`` (the ``chat`` door), and
+    grants from what livekit-server vouches for (the ``grants`` door).
 
     Use as an async context manager (or call :meth:`start` / :meth:`aclose`). Incoming
-    packets wait in a queue of at most ``max_pending``; past that they are dropped and
-    counted in :attr:`dropped` (the turn runner's per-participant limits normally keep
-    the queue short).
+    packets wait in a queue of at most ``max_pending``, at most :data:`MAX_PENDING_EACH`
+    of one sender; past that they are dropped and counted in :attr:`dropped` (the turn
+    runner's per-participant limits normally keep the queue short).
     """
 
     def __init__(
         self,
         room: rtc.Room,
         *,
-        topic: str = DATA_TOPIC,
         max_pending: int = DEFAULT_MAX_PENDING,
         chat_topic: str | None = None,
     ) -> None:
         """Wrap ``room`` (already connected); nothing is registered until :meth:`start`.
-        ``chat_topic``: also take text streams on that topic as typed input."""
+        ``chat_topic``: also take typed input (the ``chat`` door's topic, ``lk.chat``)."""
+        if chat_topic is not None and chat_topic != CHAT.at:
+            raise ValueError(f"typed input is read on {CHAT.at!r} only, not {chat_topic!r}")
         self._room = room
-        self._topic = topic
-        self._chat_topic = chat_topic
+        self._chat = chat_topic is not None
+        self._stops: list[Callable[[], None]] = []
         self._readers: set[asyncio.Task[None]] = set()
-        self._chats_open: dict[str, int] = {}
-        """Sender -> its chat streams being read."""
-        self._chat_opens: dict[str, TokenBucket] = {}
-        """Sender -> its budget of chat streams to open (forgotten when it leaves)."""
         self._max_pending = max_pending
+        self._trusted: set[str] = set()
+        """Senders handed on with grants from their attributes (a change that takes them
+        away is handed on once)."""
+        self._waiting: Counter[str] = Counter()
+        """Sender -> its packets and typed messages in the queue."""
         self._queue: asyncio.Queue[Incoming | object] = asyncio.Queue()
         self._state = _State.NEW
+        grants_of(room)  # follow the room's grants from now on, if nobody did yet
         watch_queue("incoming", self, lambda t: t._queue.qsize())
         self.dropped = 0
         """Incoming packets dropped because the queue was full."""
@@ -146,13 +126,13 @@ class RoomTransport:
         """Start listening to the room's data packets and departures."""
         if self._state is not _State.NEW:
             raise RuntimeError(f"RoomTransport is {self._state.value}; it can be opened once")
-        self._room.on("data_received", self._on_data)
+        doors = doors_of_room(self._room)
+        self._stops.append(doors.packets(PROTOCOL, self._on_data))
+        self._stops.append(doors.changes(GRANTS, self._on_change))
+        if self._chat:
+            self._stops.append(doors.streams(CHAT, self._on_chat, on_refused=self._chat_refused))
         self._room.on("participant_disconnected", self._on_left)
-        self._room.on("participant_attributes_changed", self._on_attributes)
-        self._room.on("participant_permissions_changed", self._on_permissions)
         self._room.on("disconnected", self._on_disconnected)
-        if self._chat_topic is not None:
-            self._room.register_text_stream_handler(self._chat_topic, self._on_chat)
         self._state = _State.OPEN
         if not route_room(self._room):
             logger.info("room FFI events not routed (unexpected livekit SDK internals)")
@@ -161,13 +141,11 @@ class RoomTransport:
     async def aclose(self) -> None:
         """Stop listening; iteration ends. Idempotent."""
         if self._state is _State.OPEN:
-            self._room.off("data_received", self._on_data)
+            for stop in self._stops:
+                stop()
+            self._stops.clear()
             self._room.off("participant_disconnected", self._on_left)
-            self._room.off("participant_attributes_changed", self._on_attributes)
-            self._room.off("participant_permissions_changed", self._on_permissions)
             self._room.off("disconnected", self._on_disconnected)
-            if self._chat_topic is not None:
-                self._room.unregister_text_stream_handler(self._chat_topic)
             self._queue.put_nowait(_END)
         self._state = _State.CLOSED
         readers = list(self._readers)
@@ -193,7 +171,7 @@ class RoomTransport:
             raise RuntimeError(f"RoomTransport is {self._state.value}")
         destinations = list(to) if to is not None else []
         try:
-            await publish(self._room, data, destinations, self._topic)
+            await publish(self._room, data, destinations, PROTOCOL.at)
         except Exception as exc:  # the FFI raises PublishDataError or plain errors
             raise TransportError(f"publish_data failed: {exc}") from exc
 
@@ -209,13 +187,31 @@ class RoomTransport:
                 self._queue.put_nowait(_END)  # later iterators end too
                 return
             assert isinstance(item, Packet | Left | Typed | Regranted)
+            if isinstance(item, Packet | Typed):
+                left = self._waiting[item.sender] - 1
+                if left > 0:
+                    self._waiting[item.sender] = left
+                else:
+                    del self._waiting[item.sender]
             yield item
 
     # -- room callbacks (event loop thread) -----------------------------------------
 
+    def _admit(self, sender: str) -> bool:
+        """Room in the queue for one more item of ``sender`` (counted if so)."""
+        if self._queue.qsize() >= self._max_pending:
+            why = "the room's queue is full"
+        elif self._waiting[sender] >= MAX_PENDING_EACH:
+            why = "too many waiting"
+        else:
+            self._waiting[sender] += 1
+            return True
+        self.dropped += 1
+        DROPPED.add(1, _QUEUE_FULL)
+        refused(PROTOCOL, sender, why)
+        return False
+
     def _on_data(self, packet: rtc.DataPacket) -> None:
-        if packet.topic != self._topic:
-            return
         if packet.participant is None:
             # livekit-server may deliver a new participant's first packets before the
             # participant_connected event; the SDK then cannot name the sender (its
@@ -223,61 +219,37 @@ class RoomTransport:
             # Configuration until it is answered (see DECISIONS in the worker report).
             self.unattributed += 1
             DROPPED.add(1, _UNATTRIBUTED)
-            logger.warning("data packet from an unknown participant dropped")
-            return
-        if self._queue.qsize() >= self._max_pending:
-            self.dropped += 1
-            DROPPED.add(1, _QUEUE_FULL)
-            logger.warning("incoming packet dropped", extra={"dropped": self.dropped})
+            refused(PROTOCOL, "", "sender not known yet")
             return
         sender = packet.participant
-        self._queue.put_nowait(Packet(sender.identity, packet.data, peer_of(sender)))
+        if self._admit(sender.identity):
+            self._queue.put_nowait(Packet(sender.identity, packet.data, self._peer(sender)))
 
-    def _on_chat(self, reader: rtc.TextStreamReader, identity: str) -> None:
-        opens = self._chat_opens.get(identity)
-        if opens is None:
-            opens = self._chat_opens[identity] = TokenBucket(CHAT_OPENS_PER_S, CHAT_OPENS_BURST)
-        if not opens.take():
-            reader.close()
-            self._typed(identity, "", Overloaded("too many chat messages: slow down"))
-            return
-        if self._chats_open.get(identity, 0) >= CHAT_OPEN_PER_SENDER:
-            reader.close()
-            refusal = Overloaded(f"at most {CHAT_OPEN_PER_SENDER} chat messages open at once")
-            self._typed(identity, "", refusal)
-            return
-        self._chats_open[identity] = self._chats_open.get(identity, 0) + 1
+    def _on_chat(self, reader: Any, identity: str) -> None:
         task = asyncio.create_task(self._read_chat(reader, identity), name="alicia-chat-read")
         self._readers.add(task)
         task.add_done_callback(self._readers.discard)
 
-    async def _read_chat(self, reader: rtc.TextStreamReader, identity: str) -> None:
-        """One chat message, whole (at most :data:`_CHAT_READ_LIMIT` bytes, within
-        :data:`CHAT_DEADLINE_S`), as typed input from the participant who sent it."""
-        parts: list[str] = []
-        size = 0
+    def _chat_refused(self, identity: str, why: str) -> None:
+        self._typed(identity, "", Overloaded(f"chat message refused: {why}"))
+
+    async def _read_chat(self, reader: Any, identity: str) -> None:
+        """One chat message, whole (within the ``chat`` door's bytes and deadline), as
+        typed input from the participant who sent it."""
         try:
-            async with asyncio.timeout(CHAT_DEADLINE_S):
-                async for chunk in reader:
-                    parts.append(chunk)
-                    size += len(chunk.encode())
-                    if size >= _CHAT_READ_LIMIT:
-                        break
-        except TimeoutError:
-            refusal = Overloaded(f"chat message not finished within {CHAT_DEADLINE_S:g} s")
-            self._typed(identity, "", refusal)
+            text = await reader.read_all()
+        except StreamCut:
+            if reader.cut == "too big":
+                size = (CHAT.bounds.bytes_each or TEXT_BUDGET_BYTES) + 1
+                self._typed(identity, "", PacketTooLarge(size, TEXT_BUDGET_BYTES))
+            elif reader.cut == "too slow":
+                limit = CHAT.bounds.deadline_s
+                self._typed(identity, "", Overloaded(f"chat message not whole within {limit:g} s"))
             return
         except Exception as exc:  # the sender left mid-stream, the stream failed
             logger.info("chat message not read", extra={"error": repr(exc)})
             return
-        finally:
-            reader.close()
-            left = self._chats_open.get(identity, 1) - 1
-            if left > 0:
-                self._chats_open[identity] = left
-            else:
-                self._chats_open.pop(identity, None)
-        self._typed(identity, "".join(parts))
+        self._typed(identity, text)
 
     def _typed(self, identity: str, text: str, refused: ProtocolError | None = None) -> None:
         """Hand typed input (or its refusal) from ``identity`` to the session."""
@@ -286,28 +258,33 @@ class RoomTransport:
             self.unattributed += 1
             DROPPED.add(1, _UNATTRIBUTED)
             return
-        if self._queue.qsize() >= self._max_pending:
-            self.dropped += 1
-            DROPPED.add(1, _QUEUE_FULL)
-            logger.warning("incoming chat message dropped", extra={"dropped": self.dropped})
-            return
-        self._queue.put_nowait(Typed(identity, text, peer_of(sender), refused))
+        if self._admit(identity):
+            self._queue.put_nowait(Typed(identity, text, self._peer(sender), refused))
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
-        self._chat_opens.pop(participant.identity, None)
+        self._trusted.discard(participant.identity)
         self._queue.put_nowait(Left(participant.identity))
 
-    def _on_attributes(self, _changed: object, participant: rtc.Participant) -> None:
-        # Attributes a participant may set itself are never grants: its own changes (as
-        # many as it likes) change nothing and are not queued.
-        if isinstance(participant, rtc.RemoteParticipant):
-            peer = peer_of(participant)
-            if not peer.can_update_own_attributes:
-                self._regrant(participant.identity, peer)
+    def _on_change(self, participant: rtc.RemoteParticipant) -> None:
+        # Anyone whose attributes are grants is vouched for anew at every change: what it
+        # may see follows from now on. Attributes a participant could set itself are never
+        # grants: the change that made it so lowers it once (if it was trusted before);
+        # its own changes after that (as many as it likes) change nothing, not queued.
+        identity = participant.identity
+        peer = peer_of(self._room, participant)
+        if peer.can_update_own_attributes:
+            if identity not in self._trusted:
+                return
+            self._trusted.discard(identity)
+        else:
+            self._trusted.add(identity)
+        self._regrant(identity, peer)
 
-    def _on_permissions(self, participant: rtc.Participant, *_: object) -> None:
-        if isinstance(participant, rtc.RemoteParticipant):  # the server's doing only
-            self._regrant(participant.identity, peer_of(participant))
+    def _peer(self, participant: rtc.RemoteParticipant) -> Peer:
+        peer = peer_of(self._room, participant)
+        if not peer.can_update_own_attributes:
+            self._trusted.add(participant.identity)
+        return peer
 
     def _regrant(self, identity: str, peer: Peer) -> None:
         # Never dropped (a lowered grant must hold): only the server makes these.
