@@ -191,6 +191,10 @@ class Settings:
     drain_turn_timeout_s: float = 30.0
     """``ALICIA_DRAIN_TURN_TIMEOUT`` (default 30): on SIGTERM, seconds running turns get to
     finish before the worker leaves its rooms (to the watcher)."""
+    http_host: str = "127.0.0.1"
+    """``ALICIA_HTTP_HOST`` (default 127.0.0.1): where the worker's health-check port and
+    Prometheus ``/metrics`` listen (livekit-agents' default is every interface); ``0.0.0.0``
+    for a container's health check from outside."""
     http_port: int = 0
     """``ALICIA_HTTP_PORT`` (default 0 = any free port): the worker's health-check HTTP port."""
     metrics_port: int | None = None
@@ -358,6 +362,7 @@ class Settings:
             heartbeat_interval_s=r.number("ALICIA_HEARTBEAT_INTERVAL", 0.25, low=0.05),
             heartbeat_timeout_s=r.number("ALICIA_HEARTBEAT_TIMEOUT", 1.5, low=0.1),
             drain_turn_timeout_s=r.number("ALICIA_DRAIN_TURN_TIMEOUT", 30.0, low=0.0),
+            http_host=r.text("ALICIA_HTTP_HOST", "127.0.0.1"),
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             metrics_port=r.optional_integer("ALICIA_METRICS_PORT", low=1),
             trace_content=_trace_content(

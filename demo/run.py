@@ -296,6 +296,7 @@ def page_url(port: int, room: str, settings: WebSettings) -> str:
 async def _web(console: Console, env: dict[str, str], port: int, room: str) -> None:
     import uvicorn
 
+    from alicia.agent.gate.http import serve_options
     from alicia.harness.ports import free_port
     from alicia.web import WebSettings, create_app
 
@@ -306,7 +307,8 @@ async def _web(console: Console, env: dict[str, str], port: int, room: str) -> N
 
     settings = WebSettings.from_env(env)
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port or free_port(), log_level="warning"
+        create_app(settings),
+        **serve_options(host="127.0.0.1", port=port or free_port(), log_level="warning"),
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve())

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from alicia.agent.gate.http import serve_options
+
 from .app import create_app
 
 if TYPE_CHECKING:
@@ -33,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"web debug page on http://{host}:{port}/", flush=True)
     if agui is not None:
         print(f"AG-UI endpoint on http://{host}:{port}/agui", flush=True)
-    uvicorn.run(create_app(settings, agui=agui), host=host, port=port, log_level="warning")
+    uvicorn.run(
+        create_app(settings, agui=agui), **serve_options(host=host, port=port, log_level="warning")
+    )
     return 0
 
 

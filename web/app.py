@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Final
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from alicia.agent.gate.doors import Server
+from alicia.agent.gate.http import routes
 from alicia.client.tokens import mint_token, valid_name
 from alicia.protocol.ids import CONVERSATION, new_id
 
@@ -147,12 +148,15 @@ def create_app(
             yield
 
     return Starlette(
-        routes=[
-            Route("/", index),
-            Route("/token", token),
-            Route("/healthz", healthz),
-            *(agui.routes if agui is not None else ()),
-            Mount("/", StaticFiles(directory=STATIC_DIR, check_dir=False)),
-        ],
+        routes=routes(
+            Server.WEB,
+            {
+                "web page": index,
+                "web token": token,
+                "web health": healthz,
+                "web static": StaticFiles(directory=STATIC_DIR, check_dir=False),
+            },
+            also=agui.routes if agui is not None else (),
+        ),
         lifespan=lifespan,
     )

@@ -7,6 +7,7 @@ import sys
 
 import uvicorn
 
+from alicia.agent.gate.http import serve_options
 from alicia.agent.settings import SettingsError, load
 from alicia.agent.wiring import metrics_folder
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from .app import create_app
 
     print(f"AG-UI endpoint on http://{host}:{port}/agui", flush=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(settings), **serve_options(host=host, port=port, log_level="warning"))
     return 0
 
 

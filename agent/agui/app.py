@@ -38,10 +38,12 @@ from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute
 
 from alicia.agent.bodies import BodyTooLarge, read_body
 from alicia.agent.engine.tools import default_tools
+from alicia.agent.gate.doors import Server
+from alicia.agent.gate.http import routes
 from alicia.agent.settings import Settings
 from alicia.agent.wiring import open_keys, open_llm, open_sink
 from alicia.client.tokens import valid_name
@@ -102,11 +104,10 @@ class AguiService:
     @property
     def routes(self) -> list[BaseRoute]:
         """The endpoint's routes, to serve alone or inside another Starlette app."""
-        return [
-            Route("/agui", self.run, methods=["POST"]),
-            Route("/agui/rooms/{room}/events", self.room, methods=["GET"]),
-            Route("/agui/healthz", self.healthz, methods=["GET"]),
-        ]
+        return routes(
+            Server.AGUI,
+            {"agui run": self.run, "agui room events": self.room, "agui health": self.healthz},
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:

@@ -231,7 +231,11 @@ class RoomTransport:
         task.add_done_callback(self._readers.discard)
 
     def _chat_refused(self, identity: str, why: str) -> None:
-        self._typed(identity, "", Overloaded(f"chat message refused: {why}"))
+        said = {
+            "too fast": "too many chat messages: slow down",
+            "too many open": f"at most {CHAT.bounds.open_each} chat messages open at once",
+        }
+        self._typed(identity, "", Overloaded(said.get(why, f"chat message refused: {why}")))
 
     async def _read_chat(self, reader: Any, identity: str) -> None:
         """One chat message, whole (within the ``chat`` door's bytes and deadline), as

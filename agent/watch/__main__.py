@@ -8,6 +8,7 @@ import sys
 
 import uvicorn
 
+from alicia.agent.gate.http import serve_options
 from alicia.agent.settings import SettingsError, WatchSettings
 
 from .app import create_app
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     print(f"watcher webhooks on http://{host}:{port}/webhook", flush=True)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(settings), **serve_options(host=host, port=port, log_level="warning"))
     return 0
 
 

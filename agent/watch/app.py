@@ -19,9 +19,10 @@ from livekit.protocol import models
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
 
 from alicia.agent.bodies import BodyTooLarge, read_body
+from alicia.agent.gate.doors import Server
+from alicia.agent.gate.http import routes
 from alicia.agent.settings import WatchSettings
 from alicia.agent.storage.leases import Leases
 
@@ -83,7 +84,7 @@ def create_app(settings: WatchSettings) -> Starlette:
             await leases.aclose()
 
     app = Starlette(
-        routes=[Route("/webhook", webhook, methods=["POST"]), Route("/healthz", healthz)],
+        routes=routes(Server.WATCHER, {"webhook": webhook, "watcher health": healthz}),
         lifespan=lifespan,
     )
     app.state.watcher = watcher

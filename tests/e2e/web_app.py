@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import uvicorn
 
+from alicia.agent.gate.http import serve_options
 from alicia.harness import LiveKitServer
 from alicia.harness.ports import free_port
 from alicia.web import WebSettings, create_app
@@ -26,7 +27,8 @@ async def serving_web(server: LiveKitServer, *, tokens: str = "dev") -> AsyncIte
     )
     port = free_port()
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        create_app(settings),
+        **serve_options(host="127.0.0.1", port=port, log_level="warning", lifespan="off"),
     )
     web = uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
