@@ -206,6 +206,8 @@ DOORS: Final[tuple[Door, ...]] = (
             open_each=2,
             open_all=16,
             bytes_each=64 * 1024,
+            rate_per_s=10.0,
+            burst=20,
             deadline_s=2.0,
             queued_each=4,
         ),
@@ -224,9 +226,12 @@ DOORS: Final[tuple[Door, ...]] = (
         right=Right.PUBLISHER,
         bounds=Bounds(
             open_each=1,
-            open_all=8,
+            open_all=4,
             bytes_each=2 * 1024 * 1024,
+            rate_per_s=0.5,
+            burst=2,
             deadline_s=15.0,
+            memory_mb=10.0,
         ),
         refusal=Refusal(answer="nothing (logged)", closes=True),
         about="The microphone's audio from before the agent joined, once per track, only "

@@ -61,7 +61,13 @@ class StreamCut(rtc.StreamError):
 
 class Bounded(Generic[_Chunk]):
     """An admitted stream under its door's bounds; iterate it as the reader itself (its
-    ``info`` and other attributes are the reader's)."""
+    ``info`` and other attributes are the reader's).
+
+    Its chunks are taken from livekit's reader as they arrive, whether its handler reads
+    or not (one task per stream), so its bytes and its deadline hold even for a handler
+    that waits before reading (the pre-connect audio waits for a publication): what it
+    holds is at most the door's bytes. Its place at the door is kept until its handler
+    is done with it (read to the end, or ended)."""
 
     def __init__(self, reader: _Reader, gate: _StreamGate, sender: str) -> None:
         """Admitted by ``gate`` from ``sender``; the deadline runs from now."""
@@ -71,38 +77,53 @@ class Bounded(Generic[_Chunk]):
         self.sender: str = sender
         self.cut: str | None = None
         """Why the door ended it (``None`` while it may go on, or once it ended whole)."""
-        self._size: int = 0
         self._ended: bool = False
+        self._whole: bool = False
+        self._failed: BaseException | None = None
+        self._arrived: asyncio.Queue[Any] = asyncio.Queue()
         deadline = gate.door.bounds.deadline_s
-        self._timer = (
-            None
-            if deadline is None
-            else asyncio.get_running_loop().call_later(deadline, self.end, "too slow")
-        )
+        loop = asyncio.get_running_loop()
+        self._timer = None if deadline is None else loop.call_later(deadline, self._late)
+        self._pump = loop.create_task(self._take(), name="alicia-stream-take")
+
+    async def _take(self) -> None:
+        """Take the chunks as they arrive, within the door's bytes."""
+        limit = self._gate.door.bounds.bytes_each
+        size = 0
+        try:
+            async for chunk in self._reader:
+                if self.cut is not None:
+                    return
+                size += len(chunk.encode() if isinstance(chunk, str) else chunk)
+                if limit is not None and size > limit:
+                    self.end("too big")
+                    return
+                self._arrived.put_nowait(chunk)
+            self._whole = self.cut is None
+        except Exception as exc:  # the sender aborted it, the room went
+            self._failed = exc
+        finally:
+            if self._timer is not None and self.cut is None:
+                self._timer.cancel()
+            self._arrived.put_nowait(_DONE)
+
+    def _late(self) -> None:
+        if not self._whole and self._failed is None:
+            self.end("too slow")
 
     def __aiter__(self) -> AsyncIterator[_Chunk]:
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[_Chunk]:
-        limit = self._gate.door.bounds.bytes_each
         try:
-            async for chunk in self._reader:
-                if self.cut is not None:
-                    break
-                self._size += len(chunk.encode() if isinstance(chunk, str) else chunk)
-                if limit is not None and self._size > limit:
-                    self.end("too big")
-                    break
-                yield chunk  # type: ignore[misc]
-        except rtc.StreamError:
-            if self.cut is None:
-                self._finish()
-                raise
+            while (chunk := await self._arrived.get()) is not _DONE and self.cut is None:
+                yield chunk
         finally:
-            if self.cut is None:
-                self._finish()
+            self._finish()
         if self.cut is not None:
             raise StreamCut(f"{self._gate.door.name} stream cut: {self.cut}")
+        if self._failed is not None:
+            raise self._failed
 
     async def read_all(self) -> _Chunk:
         """The whole stream (within its bounds), joined."""
@@ -113,12 +134,15 @@ class Bounded(Generic[_Chunk]):
         return joined  # type: ignore[no-any-return]
 
     def end(self, why: str) -> None:
-        """Close it now as refused (``why``): nothing more is read; a read waiting or to
-        come raises :class:`StreamCut`."""
-        if self._ended:
+        """Close it now as refused (``why``): nothing more is read or kept; a read waiting
+        or to come raises :class:`StreamCut`."""
+        if self._ended or self.cut is not None:
             return
         self.cut = why
         refused(self._gate.door, self.sender, why)
+        while not self._arrived.empty():  # what arrived is let go at once
+            self._arrived.get_nowait()
+        self._arrived.put_nowait(_DONE)
         self._finish()
 
     def _finish(self) -> None:
@@ -127,11 +151,16 @@ class Bounded(Generic[_Chunk]):
         self._ended = True
         if self._timer is not None:
             self._timer.cancel()
-        self._reader.close()  # a no-op once it ended
+        self._reader.close()  # a no-op once it ended; wakes the pump's read
+        if not self._whole and self.cut is None and self._failed is None:
+            self._pump.cancel()  # its handler is done before it was whole
         self._gate.ended(self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reader, name)
+
+
+_DONE: Final = object()
 
 
 class _StreamGate:

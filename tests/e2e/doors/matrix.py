@@ -1,0 +1,145 @@
+"""The attack harness's matrix: every door of the table x every attack.
+
+The harness reads ``alicia.agent.gate.doors.DOORS``; for each row and each
+:class:`Attack` it either runs the attacker for the row's kind and right (bounded by the
+row's own numbers) and checks the refusal the row promises, or names why the attack does
+not apply to a row of that kind (:func:`not_applicable`, a rule per kind and right). A
+row nothing covers fails the harness: a door added to the table is attacked by
+construction, or the harness says it cannot.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from alicia.agent.engine.rights import Right
+from alicia.agent.gate.doors import DOORS, Door, Kind
+
+__all__ = ["Attack", "Cell", "Matrix", "not_applicable"]
+
+
+class Attack(enum.Enum):
+    """The same attacks on every door."""
+
+    NO_GRANT = "no grant"
+    SELF_GRANT = "a grant set by oneself"
+    TOO_MANY = "too many at once"
+    TOO_BIG = "too big"
+    TOO_SLOW = "too slow"
+    NEVER_FINISHED = "never finished"
+    MALFORMED = "malformed"
+    AFTER_LEAVING = "after leaving"
+    GRANT_CHANGED = "after a grant change"
+    MANY_IDENTITIES = "many identities, one address"
+    MANY_ADDRESSES = "one identity, many addresses"
+
+
+def not_applicable(door: Door, attack: Attack) -> str | None:
+    """Why ``attack`` cannot be made on ``door`` (``None``: it must be made)."""
+    room = door.kind is not Kind.HTTP
+    right = door.right
+    grants = attack in (Attack.NO_GRANT, Attack.SELF_GRANT, Attack.GRANT_CHANGED)
+    if grants and right is Right.ANYONE and not door.operations:
+        return "anyone in the room may use it: its bounds hold for everyone"
+    if grants and right is Right.LOCAL:
+        return "read-only, no content: whoever reaches the listen address (loopback)"
+    if attack is Attack.SELF_GRANT and right is Right.PUBLISHER:
+        return "publishing the track is the right; no attribute gives it"
+    if attack is Attack.GRANT_CHANGED and not room:
+        return "an HTTP caller's grant is its token, fixed: a new grant is a new token"
+    if attack is Attack.GRANT_CHANGED and right in (Right.PUBLISHER, Right.NOBODY):
+        return "no grant to change: its right is not an attribute"
+    if door.kind is Kind.CHANGES and attack not in (Attack.NO_GRANT, Attack.SELF_GRANT):
+        if attack is Attack.GRANT_CHANGED:
+            return None
+        return "a change is livekit-server's message, whole, one per change"
+    if door.kind in (Kind.PACKETS, Kind.RPC) and attack in (
+        Attack.TOO_SLOW,
+        Attack.NEVER_FINISHED,
+    ):
+        return "a packet arrives whole or not at all"
+    if door.kind is Kind.PACKETS and attack is Attack.AFTER_LEAVING:
+        return "livekit-server relays nothing from one who left; its state is forgotten (Left)"
+    if room and attack is Attack.MANY_ADDRESSES:
+        return "livekit-server keeps one connection per identity (see the protocol row)"
+    if room and door.right is Right.NOBODY and attack not in (Attack.NO_GRANT, Attack.TOO_BIG):
+        return "not served: what comes is dropped by the SDK (no handler, no reader)"
+    if not room and right is Right.LOCAL and attack is not Attack.NO_GRANT:
+        return "read-only GET, no body, no content: nothing to hold"
+    if not room and right is Right.DEV_TOKENS and attack is not Attack.NO_GRANT:
+        return "off by default (HTTP 404); with ALICIA_WEB_TOKENS=dev: tests/clients/test_web.py"
+    if door.kind is Kind.RPC and attack not in (Attack.NO_GRANT, Attack.TOO_BIG):
+        return "no method is registered: every call is refused whole by the SDK"
+    return None
+
+
+@dataclass
+class Cell:
+    """One door x attack: what happened."""
+
+    door: str
+    attack: Attack
+    outcome: str = ""
+    ok: bool = False
+    seconds: float = 0.0
+
+
+Attacker = Callable[[Door, Attack], Awaitable[tuple[bool, str]]]
+"""``(ok, outcome)`` of one attack on one door: ``ok`` when the row's refusal happened."""
+
+
+@dataclass
+class Matrix:
+    """The cells of the doors one test attacks, filled as it goes."""
+
+    doors: list[Door]
+    cells: list[Cell] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, keep: Callable[[Door], bool]) -> Matrix:
+        """The matrix of the table's doors ``keep`` selects."""
+        return cls([d for d in DOORS if keep(d)])
+
+    def todo(self) -> list[tuple[Door, Attack]]:
+        """The cells to attack (the others are filled as not applicable)."""
+        made = []
+        for d in self.doors:
+            for attack in Attack:
+                reason = not_applicable(d, attack)
+                if reason is None:
+                    made.append((d, attack))
+                else:
+                    self.cells.append(Cell(d.name, attack, f"n/a: {reason}", True))
+        return made
+
+    async def run(self, door: Door, attack: Attack, attacker: Attacker | None) -> Cell:
+        """Make one attack; a missing attacker is a failed cell."""
+        cell = Cell(door.name, attack)
+        started = time.monotonic()
+        if attacker is None:
+            cell.outcome = "NO ATTACKER: the harness cannot attack this door yet"
+        else:
+            try:
+                cell.ok, cell.outcome = await attacker(door, attack)
+            except Exception as exc:  # the harness records it as the cell's failure
+                cell.outcome = f"attack failed: {exc!r}"
+        cell.seconds = time.monotonic() - started
+        self.cells.append(cell)
+        return cell
+
+    def failed(self) -> list[Cell]:
+        """The cells whose promise did not hold."""
+        return [c for c in self.cells if not c.ok]
+
+    def markdown(self) -> str:
+        """door | attack | outcome | seconds, in the table's order."""
+        order = {d.name: i for i, d in enumerate(self.doors)}
+        rows = sorted(self.cells, key=lambda c: (order[c.door], list(Attack).index(c.attack)))
+        lines = ["| door | attack | outcome | s |", "|---|---|---|---|"]
+        for c in rows:
+            mark = "" if c.ok else "**FAILED** "
+            lines.append(f"| {c.door} | {c.attack.value} | {mark}{c.outcome} | {c.seconds:.1f} |")
+        return "\n".join(lines)

@@ -1,0 +1,509 @@
+"""Attackers for a room's doors: real participants of a real room served by the worker.
+
+Each attack is made by identities of its own (so the worker's refusal line, at most one
+per door, sender and minute, is this attack's), holding the door's right unless the attack
+is about the right. What a door refused is read back from the worker's log (its
+``alicia.gate`` line names the door, the sender and the reason); what a protocol client
+was told, from the ErrorMessages it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from livekit import api, rtc
+from livekit.protocol.agent_pb import agent_session as pb
+
+from alicia.agent.engine.rights import Right
+from alicia.agent.gate.doors import Door, Kind
+from alicia.harness import LiveKitServer
+from alicia.protocol import (
+    MAX_PACKET_BYTES,
+    ControlStop,
+    ErrorMessage,
+    ReasoningStep,
+    UserMessage,
+    new_id,
+)
+from tests.e2e.doors.matrix import Attack
+from tests.e2e.worker import WorkerProcess
+from tests.support.livekit_rooms import ProtocolClient
+
+__all__ = ["RoomSide", "rss_mb"]
+
+CHUNK = 15 * 1024
+"""Bytes per write: one data packet's worth."""
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and its children, in MB (``/proc``)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total / 1e6
+
+
+def token(
+    server: LiveKitServer, room: str, identity: str, attributes: dict[str, str], *, own: bool
+) -> str:
+    """A join token; ``own``: may set its own attributes (``canUpdateOwnMetadata``)."""
+    grants = api.VideoGrants(room_join=True, room=room, can_update_own_metadata=own)
+    tok = api.AccessToken(server.api_key, server.api_secret).with_identity(identity)
+    if attributes:
+        tok = tok.with_attributes(attributes)
+    return tok.with_grants(grants).to_jwt()
+
+
+def session_request(kind: str) -> bytes:
+    """A session host request of ``kind`` (``ping``, ``run_input``) as sent on the wire."""
+    request = pb.SessionRequest(request_id=new_id("req"))
+    if kind == "run_input":
+        request.run_input.CopyFrom(pb.SessionRequest.RunInput(text="doors-canary: obey me"))
+    else:
+        request.ping.CopyFrom(pb.SessionRequest.Ping())
+    return pb.AgentSessionMessage(request=request).SerializeToString()
+
+
+@dataclass
+class RoomSide:
+    """The attacked room, its agent, and the worker serving it."""
+
+    server: LiveKitServer
+    worker: WorkerProcess
+    room: str
+    agent: str
+    alice: ProtocolClient
+    """An honest participant with a turn to protect (granted ``full``)."""
+    lk: api.LiveKitAPI
+    stack: contextlib.AsyncExitStack
+    turn_id: str = ""
+    """A user message of alice's (the target of other people's ControlStop)."""
+    counter: int = 0
+    tracks: dict[str, str] = field(default_factory=dict)
+
+    # -- participants -------------------------------------------------------------------
+
+    def name(self, door: Door, attack: Attack) -> str:
+        """A fresh identity for one attack on one door."""
+        self.counter += 1
+        return f"x{self.counter}-{door.name.replace(' ', '')[:8]}-{attack.name.lower()[:8]}"
+
+    async def join(
+        self, identity: str, attributes: dict[str, str] | None = None, *, own: bool = False
+    ) -> rtc.Room:
+        """``identity`` in the room (left when the harness ends, or by :meth:`leave`)."""
+        room = rtc.Room()
+        await room.connect(
+            self.server.url, token(self.server, self.room, identity, attributes or {}, own=own)
+        )
+        self.stack.push_async_callback(room.disconnect)
+        return room
+
+    async def crowd(self, names: list[str]) -> list[rtc.Room]:
+        """Many identities at once."""
+        return list(await asyncio.gather(*(self.join(n) for n in names)))
+
+    async def publish_track(self, room: rtc.Room) -> str:
+        """A microphone track with the pre-connect buffer feature; its sid."""
+        source = rtc.AudioSource(16_000, 1)
+        track = rtc.LocalAudioTrack.create_audio_track("microphone", source)
+        options = rtc.TrackPublishOptions(
+            source=rtc.TrackSource.SOURCE_MICROPHONE, preconnect_buffer=True
+        )
+        publication = await room.local_participant.publish_track(track, options)
+        return publication.sid
+
+    # -- what the worker said -------------------------------------------------------------
+
+    def refusals(self, door: Door, identity: str) -> list[str]:
+        """The reasons the worker logged for refusing ``identity`` at ``door``."""
+        found = []
+        for line in self.worker.text().splitlines():
+            if '"door"' not in line or identity not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if record.get("door") == door.name and record.get("from") == identity:
+                    found.append(str(record.get("message", "")))
+        return found
+
+    async def refused(self, door: Door, identity: str, reason: str, within: float = 10.0) -> str:
+        """Wait for ``door``'s refusal of ``identity`` with ``reason``; the outcome line."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+        while True:
+            lines = self.refusals(door, identity)
+            if any(reason in line for line in lines):
+                return f"refused ({reason})"
+            if loop.time() > until:
+                raise AssertionError(f"no refusal {reason!r} of {identity}; got {lines}")
+            await asyncio.sleep(0.1)
+
+    # -- writing to a door ------------------------------------------------------------------
+
+    async def open_stream(
+        self, room: rtc.Room, door: Door, attributes: dict[str, str] | None = None
+    ) -> Any:
+        """A stream to the agent on ``door``'s topic, opened (nothing written yet)."""
+        to = [self.agent]
+        if door.kind is Kind.TEXT_STREAMS:
+            return await room.local_participant.stream_text(
+                topic=door.at, destination_identities=to, attributes=attributes
+            )
+        return await room.local_participant.stream_bytes(
+            "doors", topic=door.at, destination_identities=to, attributes=attributes
+        )
+
+    async def write(self, writer: Any, door: Door, size: int, *, pace: float = 0.0) -> None:
+        """``size`` bytes (or characters) of filler, one packet's worth at a time."""
+        left = size
+        while left > 0:
+            n = min(CHUNK, left)
+            data: Any = "a" * n if door.kind is Kind.TEXT_STREAMS else os.urandom(n)
+            await writer.write(data)
+            left -= n
+            if pace:
+                await asyncio.sleep(pace)
+
+    # -- the attacks ------------------------------------------------------------------------
+
+    async def attack(self, door: Door, attack: Attack) -> tuple[bool, str]:
+        """Make ``attack`` on ``door``; ``(held, outcome)``."""
+        kind = {
+            Kind.PACKETS: self.on_packets,
+            Kind.TEXT_STREAMS: self.on_streams,
+            Kind.BYTE_STREAMS: self.on_streams,
+            Kind.RPC: self.on_rpc,
+            Kind.CHANGES: self.on_changes,
+        }[door.kind]
+        return await kind(door, attack)
+
+    # streams
+
+    def attributes(self, door: Door, track: str, *, sane: bool = True) -> dict[str, str] | None:
+        """What a stream of ``door`` names (the pre-connect audio names its track)."""
+        if door.right is not Right.PUBLISHER:
+            return None
+        return {"trackId": track, **({"sampleRate": "16000", "channels": "1"} if sane else {})}
+
+    async def holder(self, door: Door, identity: str) -> tuple[rtc.Room, str]:
+        """``identity`` joined, holding ``door``'s right; (its room, its track if any)."""
+        room = await self.join(identity)
+        track = await self.publish_track(room) if door.right is Right.PUBLISHER else ""
+        return room, track
+
+    async def on_streams(self, door: Door, attack: Attack) -> tuple[bool, str]:
+        b = door.bounds
+        who = self.name(door, attack)
+        if door.right is Right.NOBODY:
+            room, _ = await self.holder(door, who)
+            writer = await room.local_participant.stream_bytes(
+                "doors", topic="x.not-a-door", destination_identities=[self.agent]
+            )
+            await self.write(writer, door, 4 * 1024 * 1024)
+            await writer.aclose()
+            return True, "dropped by the SDK: 4 MB on a topic no handler takes"
+        if attack in (Attack.NO_GRANT, Attack.SELF_GRANT, Attack.GRANT_CHANGED):
+            return await self.stream_rights(door, attack, who)
+        room, track = await self.holder(door, who)
+        attributes = self.attributes(door, track)
+        if attack is Attack.TOO_MANY:
+            assert b.open_each is not None
+            writers = [
+                await self.open_stream(room, door, attributes) for _ in range(b.open_each + 1)
+            ]
+            for w in writers:
+                await self.write(w, door, 16)
+            return True, await self.refused(door, who, "too many open")
+        if attack is Attack.TOO_BIG:
+            assert b.bytes_each is not None
+            writer = await self.open_stream(room, door, attributes)
+            await self.write(writer, door, b.bytes_each + 4 * 1024 * 1024)
+            return True, await self.refused(door, who, "too big")
+        if attack is Attack.TOO_SLOW:
+            assert b.deadline_s is not None
+            writer = await self.open_stream(room, door, attributes)
+            steps = math.ceil(b.deadline_s / 0.5) + 4
+            for _ in range(steps):
+                await writer.write("a" if door.kind is Kind.TEXT_STREAMS else b"a")
+                await asyncio.sleep(0.5)
+            return True, await self.refused(door, who, "too slow")
+        if attack is Attack.NEVER_FINISHED:
+            assert b.deadline_s is not None
+            writer = await self.open_stream(room, door, attributes)
+            await self.write(writer, door, 1024)
+            return True, await self.refused(door, who, "too slow", within=b.deadline_s + 10)
+        if attack is Attack.MALFORMED:
+            return await self.malformed(door, who, room, track)
+        if attack is Attack.AFTER_LEAVING:
+            writer = await self.open_stream(room, door, attributes)
+            await self.write(writer, door, 1024)
+            await asyncio.sleep(0.3)
+            await room.disconnect()
+            return True, await self.refused(door, who, "its sender left")
+        if attack is Attack.MANY_IDENTITIES:
+            assert b.open_all is not None and b.open_each is not None
+            n = b.open_all // b.open_each + 1
+            names = [f"{who}-{i}" for i in range(n)]
+            rooms = await self.crowd(names)
+            writers = []
+            for r in rooms:
+                track = await self.publish_track(r) if door.right is Right.PUBLISHER else ""
+                for _ in range(b.open_each):
+                    w = await self.open_stream(r, door, self.attributes(door, track))
+                    await self.write(w, door, 16)
+                    writers.append(w)
+            await asyncio.sleep(0.5)
+            said = [x for name in names for x in self.refusals(door, name)]
+            for r in rooms:
+                await r.disconnect()
+            held = any("too many open in the room" in line for line in said)
+            return held, f"{n} identities x {b.open_each}: {said[:1] or 'no refusal'}"
+        raise AssertionError(f"no stream attack for {attack}")
+
+    async def stream_rights(self, door: Door, attack: Attack, who: str) -> tuple[bool, str]:
+        """The attacks on a stream door's right."""
+        if door.right is Right.PUBLISHER:  # a stream naming alice's track
+            room = await self.join(who)
+            track = await self.publish_track(self.alice.room)
+            writer = await self.open_stream(room, door, self.attributes(door, track))
+            await self.write(writer, door, 4096)
+            await writer.aclose()
+            return True, await self.refused(door, who, "not the sender's")
+        operation = next(op for op, r in door.operations.items() if r is Right.OPERATOR)
+        payload = session_request(operation)
+        if attack is Attack.GRANT_CHANGED:
+            room = await self.join(who, {"alicia.operator": "true"})
+            await room.local_participant.send_bytes(
+                session_request(operation), topic=door.at, destination_identities=[self.agent]
+            )
+            await asyncio.sleep(1.0)
+            before = self.refusals(door, who)
+            await self.lk.room.update_participant(
+                api.UpdateParticipantRequest(
+                    room=self.room, identity=who, attributes={"alicia.operator": "false"}
+                )
+            )
+            await asyncio.sleep(0.5)
+            await room.local_participant.send_bytes(
+                payload, topic=door.at, destination_identities=[self.agent]
+            )
+            outcome = await self.refused(door, who, "operator grant")
+            return not before, f"allowed while granted; lowered: {outcome}"
+        own = attack is Attack.SELF_GRANT
+        room = await self.join(who, own=own)
+        if own:
+            await room.local_participant.set_attributes(
+                {"alicia.operator": "true", "alicia.reasoning": "full"}
+            )
+            await asyncio.sleep(0.3)
+        await room.local_participant.send_bytes(
+            payload, topic=door.at, destination_identities=[self.agent]
+        )
+        return True, f"{operation}: " + await self.refused(door, who, "operator grant")
+
+    async def malformed(self, door: Door, who: str, room: rtc.Room, track: str) -> tuple[bool, str]:
+        if door.right is Right.PUBLISHER:
+            writer = await self.open_stream(room, door, self.attributes(door, track, sane=False))
+            await self.write(writer, door, 4096)
+            await writer.aclose()
+            return True, await self.refused(door, who, "sampleRate")
+        if door.kind is Kind.BYTE_STREAMS:
+            await room.local_participant.send_bytes(
+                b"\xff\x00 not a protobuf \xff" * 8,
+                topic=door.at,
+                destination_identities=[self.agent],
+            )
+            return True, await self.refused(door, who, "malformed")
+        return True, "n/a: any text is a message (then under the UserMessage rules)"
+
+    # packets
+
+    async def on_packets(self, door: Door, attack: Attack) -> tuple[bool, str]:
+        who = self.name(door, attack)
+        own = attack is Attack.SELF_GRANT
+        attributes = {"alicia.operator": "true"} if attack is Attack.GRANT_CHANGED else {}
+        room = await self.join(who, attributes, own=own)
+        client = ProtocolClient(room, self.room)
+        await client.wait_for_agent()
+        await client.handshake()
+
+        def codes() -> list[int]:
+            return [e.code for e in client.of(ErrorMessage)]
+
+        async def told(code: int, within: float = 10.0) -> bool:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within):
+                    while code not in codes():
+                        await asyncio.sleep(0.05)
+            return code in codes()
+
+        stop = ControlStop(conversation_id=self.room, target_id=self.turn_id)
+        if attack in (Attack.NO_GRANT, Attack.SELF_GRANT):
+            if own:
+                await room.local_participant.set_attributes({"alicia.operator": "true"})
+                await asyncio.sleep(0.3)
+            await client.send(stop)
+            return await told(203), f"ControlStop of alice's turn: {codes()}"
+        if attack is Attack.GRANT_CHANGED:
+            await client.send(stop)
+            await asyncio.sleep(1.0)
+            granted = 203 not in codes()
+            await self.lk.room.update_participant(
+                api.UpdateParticipantRequest(
+                    room=self.room, identity=who, attributes={"alicia.operator": "false"}
+                )
+            )
+            await asyncio.sleep(0.5)
+            await client.send(stop)
+            lowered = await told(203)
+            return granted and lowered, f"granted: no 203; lowered: {codes()}"
+        if attack is Attack.TOO_MANY:
+            assert door.bounds.burst is not None
+            for i in range(door.bounds.burst + 20):
+                await client.send(
+                    UserMessage(id=new_id("msg"), conversation_id=self.room, content=f"q{i}")
+                )
+            return await told(
+                504
+            ), f"{door.bounds.burst + 20} at once: 504 in {sorted(set(codes()))}"
+        if attack is Attack.TOO_BIG:
+            try:
+                await client.send_raw(b"\x00" * (MAX_PACKET_BYTES + 1))
+            except Exception as exc:  # the SDK may refuse to send it at all
+                return True, f"refused by the sender's SDK: {type(exc).__name__}"
+            return await told(101), f"{MAX_PACKET_BYTES + 1} bytes: {codes()}"
+        if attack is Attack.MALFORMED:
+            await client.send_raw(b"\xc1 not msgpack")
+            return await told(101), f"garbage: {codes()}"
+        if attack is Attack.MANY_IDENTITIES:
+            others = [
+                ProtocolClient(r, self.room)
+                for r in await self.crowd([f"{who}-{i}" for i in range(3)])
+            ]
+            for c in others:
+                await c.wait_for_agent()
+                await c.handshake()
+            for c in others:
+                for i in range(door.bounds.burst or 40 + 20):
+                    await c.send(
+                        UserMessage(id=new_id("msg"), conversation_id=self.room, content=f"q{i}")
+                    )
+            await asyncio.sleep(2.0)
+            each = [504 in [e.code for e in c.of(ErrorMessage)] for c in others]
+            return all(each), f"3 identities, each its own budget: 504 to each: {each}"
+        raise AssertionError(f"no packet attack for {attack}")
+
+    # rpc and changes
+
+    async def on_rpc(self, door: Door, attack: Attack) -> tuple[bool, str]:
+        room = await self.join(self.name(door, attack))
+        payload = "x" * (15_000 if attack is Attack.TOO_BIG else 10)
+        try:
+            await room.local_participant.perform_rpc(
+                destination_identity=self.agent, method="alicia.anything", payload=payload
+            )
+        except rtc.RpcError as exc:
+            return exc.code in (1400, 1402), f"RpcError {exc.code} ({exc.message})"
+        return False, "the agent answered an RPC"
+
+    async def on_changes(self, door: Door, attack: Attack) -> tuple[bool, str]:
+        seen = await self.grant_scenario()
+        n = seen["steps"]
+        if attack is Attack.NO_GRANT:
+            return seen["nog"] == [0], f"no grant: steps {seen['nog']} of {n}"
+        if attack is Attack.SELF_GRANT:
+            held = seen["eve"] == [0] and seen["eve_stop"]
+            return held, (
+                f"set itself full and operator, then the backend's UpdateParticipant (a "
+                f"permission without canUpdateMetadata): steps {seen['eve']} of {n}, its "
+                f"ControlStop of alice's turn: 203"
+            )
+        if attack is Attack.GRANT_CHANGED:
+            held = seen["gina"] == [n, 0, n]
+            return held, f"full, lowered to none, raised to full: steps {seen['gina']} of {n}"
+        raise AssertionError(f"no change attack for {attack}")
+
+    _grants: asyncio.Future[dict[str, Any]] | None = None
+
+    async def grant_scenario(self) -> dict[str, Any]:
+        """Three of alice's turns with a reasoning canary, watched by: ``nog`` (no grant),
+        ``eve`` (may set her own attributes: sets herself ``full`` and operator, then the
+        backend changes her permissions without ``canUpdateMetadata``), ``gina`` (granted
+        ``full``, lowered to ``none`` after the first turn, raised again after the
+        second). Made once; each watcher's ReasoningSteps per turn."""
+        if self._grants is None:
+            self._grants = asyncio.ensure_future(self._grant_scenario())
+        return await asyncio.shield(self._grants)
+
+    async def _grant_scenario(self) -> dict[str, Any]:
+        assert self.ask is not None
+        nog = ProtocolClient(await self.join("grants-nog"), self.room)
+        eve = ProtocolClient(await self.join("grants-eve", own=True), self.room)
+        gina = ProtocolClient(
+            await self.join("grants-gina", {"alicia.reasoning": "full"}), self.room
+        )
+        for c in (nog, eve, gina):
+            await c.wait_for_agent()
+            await c.handshake()
+        await eve.room.local_participant.set_attributes(
+            {"alicia.reasoning": "full", "alicia.operator": "true"}
+        )
+        permission = api.ParticipantPermission(
+            can_subscribe=True, can_publish=True, can_publish_data=True
+        )
+        await self.lk.room.update_participant(
+            api.UpdateParticipantRequest(
+                room=self.room, identity="grants-eve", permission=permission
+            )
+        )
+        await asyncio.sleep(1.0)
+        counts: dict[str, list[int]] = {"nog": [], "eve": [], "gina": []}
+        levels = ["none", "full"]
+        steps = 0
+        for turn in range(3):
+            before = {
+                k: len(c.of(ReasoningStep)) for k, c in (("nog", nog), ("eve", eve), ("gina", gina))
+            }
+            steps = await self.ask()
+            await asyncio.sleep(0.5)
+            for k, c in (("nog", nog), ("eve", eve), ("gina", gina)):
+                counts[k].append(len(c.of(ReasoningStep)) - before[k])
+            if turn < 2:
+                await self.lk.room.update_participant(
+                    api.UpdateParticipantRequest(
+                        room=self.room,
+                        identity="grants-gina",
+                        attributes={"alicia.reasoning": levels[turn]},
+                    )
+                )
+                await asyncio.sleep(0.5)
+        await eve.send(ControlStop(conversation_id=self.room, target_id=self.turn_id))
+        with contextlib.suppress(TimeoutError):
+            await eve.wait_for(ErrorMessage, within=10.0, code=203)
+        canary = self.canary
+        plaintext = [
+            k for k, c in (("nog", nog), ("eve", eve)) if any(canary in repr(e.body) for e in c.box)
+        ]
+        return {
+            "steps": steps,
+            "nog": sorted(set(counts["nog"])),
+            "eve": sorted(set(counts["eve"])) if not plaintext else [-1],
+            "gina": counts["gina"],
+            "eve_stop": 203 in [e.code for e in eve.of(ErrorMessage)],
+        }
+
+    ask: Callable[[], Awaitable[int]] | None = None
+    """Alice asks a question with reasoning; the number of steps of its answer."""
+    canary: str = ""
