@@ -306,14 +306,15 @@ class ProtocolSession:
     async def error(
         self, p: Participant, exc: ProtocolError, originating_id: str | None = None
     ) -> None:
-        """Answer ``p`` with the ErrorMessage for ``exc`` (rate-limited per participant)."""
+        """Answer ``p`` with the ErrorMessage for ``exc`` (rate-limited per participant, and
+        so is its log line; every refusal is counted)."""
         self.telemetry.refused(str(int(exc.code)))
+        if not p.errors.take():
+            return
         logger.info(
             "bad input from participant",
             extra={"participant": p.identity, "code": int(exc.code), "error": str(exc)},
         )
-        if not p.errors.take():
-            return
         body = error_body(
             exc, id=new_id(id_prefix.ERROR), conversation_id=self.id, originating_id=originating_id
         )

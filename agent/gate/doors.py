@@ -230,12 +230,12 @@ DOORS: Final[tuple[Door, ...]] = (
             bytes_each=2 * 1024 * 1024,
             rate_per_s=0.5,
             burst=2,
-            deadline_s=15.0,
+            deadline_s=3.0,
             memory_mb=10.0,
         ),
         refusal=Refusal(answer="nothing (logged)", closes=True),
         about="The microphone's audio from before the agent joined, once per track, only "
-        "from its publisher (2 MiB raw, 256 KiB Opus).",
+        "from its publisher (2 MiB raw, 256 KiB Opus), whole within RoomIO's own 3 s.",
     ),
     Door(
         name="grants",
@@ -335,8 +335,11 @@ DOORS: Final[tuple[Door, ...]] = (
         at="POST /webhook",
         served_by=Server.WATCHER,
         right=Right.SIGNED,
-        bounds=Bounds(bytes_each=1024 * 1024),
-        refusal=Refusal(answer="HTTP 401 (signature), 413 (size; the connection closed)"),
+        bounds=Bounds(bytes_each=1024 * 1024, deadline_s=10.0),
+        refusal=Refusal(
+            answer="HTTP 401 (signature), 413 (size), 408 (time); the connection closed if "
+            "the body is unread"
+        ),
         about="livekit-server's room events; the watcher only looks at the room again.",
     ),
     Door(

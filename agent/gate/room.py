@@ -100,8 +100,11 @@ class Bounded(Generic[_Chunk]):
                     return
                 self._arrived.put_nowait(chunk)
             self._whole = self.cut is None
-        except Exception as exc:  # the sender aborted it, the room went
-            self._failed = exc
+        except Exception as exc:  # the sender aborted it or left, the room went
+            if self.sender not in self._gate.room.remote_participants:
+                self.end("its sender left")
+            else:
+                self._failed = exc
         finally:
             if self._timer is not None and self.cut is None:
                 self._timer.cancel()
@@ -154,6 +157,7 @@ class Bounded(Generic[_Chunk]):
         self._reader.close()  # a no-op once it ended; wakes the pump's read
         if not self._whole and self.cut is None and self._failed is None:
             self._pump.cancel()  # its handler is done before it was whole
+            refused(self._gate.door, self.sender, "given up by its handler")
         self._gate.ended(self)
 
     def __getattr__(self, name: str) -> Any:

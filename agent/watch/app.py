@@ -9,6 +9,7 @@ checked: a larger one is 413 and never buffered.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -21,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from alicia.agent.bodies import BodyTooLarge, read_body
-from alicia.agent.gate.doors import Server
+from alicia.agent.gate.doors import Server, door
 from alicia.agent.gate.http import routes
+from alicia.agent.gate.refusals import refused
 from alicia.agent.settings import WatchSettings
 from alicia.agent.storage.leases import Leases
 
@@ -32,7 +34,8 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("alicia.watch")
 
-WEBHOOK_MAX_BYTES: Final = 1024 * 1024
+WEBHOOK: Final = door("webhook")
+WEBHOOK_MAX_BYTES: Final = WEBHOOK.bounds.bytes_each or 1024 * 1024
 """Largest webhook body read (livekit-server's are a few kilobytes)."""
 _ROOM_EVENTS = frozenset({"room_started", "participant_joined", "participant_left"})
 
@@ -41,6 +44,10 @@ def _reason(number: int) -> str:
     """A disconnect reason's name; its number if this protocol version does not know it."""
     known = models.DisconnectReason.DESCRIPTOR.values_by_number.get(number)
     return known.name if known is not None else str(number)
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client is not None else ""
 
 
 def create_app(settings: WatchSettings) -> Starlette:
@@ -53,15 +60,20 @@ def create_app(settings: WatchSettings) -> Starlette:
 
     async def webhook(request: Request) -> Response:
         try:
-            raw = await read_body(request, WEBHOOK_MAX_BYTES, "the webhook body")
+            async with asyncio.timeout(WEBHOOK.bounds.deadline_s):
+                raw = await read_body(request, WEBHOOK_MAX_BYTES, "the webhook body")
         except BodyTooLarge as exc:
-            logger.warning("webhook refused", extra={"error": str(exc)})
+            refused(WEBHOOK, _address(request), "too big")
             return PlainTextResponse(str(exc), status_code=413, headers={"connection": "close"})
+        except TimeoutError:
+            refused(WEBHOOK, _address(request), "too slow")
+            message = f"the webhook body did not arrive within {WEBHOOK.bounds.deadline_s:g} s"
+            return PlainTextResponse(message, status_code=408, headers={"connection": "close"})
         body = raw.decode("utf-8", "replace")
         try:
             event = receiver.receive(body, request.headers.get("authorization", ""))
         except Exception as exc:  # a bad signature, a stale token, not JSON: ignored
-            logger.warning("webhook refused", extra={"error": type(exc).__name__})
+            refused(WEBHOOK, _address(request), f"not signed: {type(exc).__name__}")
             return PlainTextResponse("invalid signature", status_code=401)
         if event.event in _ROOM_EVENTS and event.room.name:
             who = event.participant.identity

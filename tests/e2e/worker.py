@@ -119,7 +119,8 @@ async def running_worker(
             deadline = time.monotonic() + ready_timeout
             ready = ["registered worker"]
             if full_env.get("ALICIA_VOICE") and mode == "start":
-                ready.append("process initialized")
+                thread = full_env.get("ALICIA_JOB_EXECUTOR") == "thread"
+                ready.append("job runner initialized" if thread else "process initialized")
             while not all(line in log_path.read_text(errors="replace") for line in ready):
                 if proc.returncode is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"worker not ready ({ready}):\n{worker.log()}")

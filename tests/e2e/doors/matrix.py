@@ -10,6 +10,7 @@ construction, or the harness says it cannot.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import time
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,9 @@ from alicia.agent.engine.rights import Right
 from alicia.agent.gate.doors import DOORS, Door, Kind
 
 __all__ = ["Attack", "Cell", "Matrix", "not_applicable"]
+
+CELL_TIMEOUT_S = 90.0
+"""One attack on one door, at most (a hang is the cell's failure, not the suite's)."""
 
 
 class Attack(enum.Enum):
@@ -123,12 +127,25 @@ class Matrix:
             cell.outcome = "NO ATTACKER: the harness cannot attack this door yet"
         else:
             try:
-                cell.ok, cell.outcome = await attacker(door, attack)
+                async with asyncio.timeout(CELL_TIMEOUT_S):
+                    cell.ok, cell.outcome = await attacker(door, attack)
             except Exception as exc:  # the harness records it as the cell's failure
                 cell.outcome = f"attack failed: {exc!r}"
         cell.seconds = time.monotonic() - started
         self.cells.append(cell)
+        print(f"  {door.name} / {attack.value}: {cell.outcome} ({cell.seconds:.1f} s)", flush=True)
         return cell
+
+    async def run_door(
+        self, door: Door, cells: list[tuple[Door, Attack]], attacker: Attacker
+    ) -> None:
+        """Every cell of ``door`` at once (each attack has identities of its own), then
+        the one that fills the door for everyone (it would refuse the others)."""
+        mine = [a for d, a in cells if d is door]
+        first = [a for a in mine if a is not Attack.MANY_IDENTITIES]
+        await asyncio.gather(*(self.run(door, a, attacker) for a in first))
+        if Attack.MANY_IDENTITIES in mine:
+            await self.run(door, Attack.MANY_IDENTITIES, attacker)
 
     def failed(self) -> list[Cell]:
         """The cells whose promise did not hold."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import math
 import os
@@ -29,7 +30,6 @@ from alicia.protocol import (
     ControlStop,
     ErrorMessage,
     ReasoningStep,
-    UserMessage,
     new_id,
 )
 from tests.e2e.doors.matrix import Attack
@@ -40,6 +40,15 @@ __all__ = ["RoomSide", "rss_mb"]
 
 CHUNK = 15 * 1024
 """Bytes per write: one data packet's worth."""
+FILLER = 2 * 1024 * 1024
+"""Bytes an attacker goes on writing to a stream its door refused (the worker must not
+keep them)."""
+PUBLISHED_S = 3.5
+"""How long the agent may take to hear of a new participant's track (livekit-server
+announces joins in batches, every 3 s)."""
+
+_CELL: contextvars.ContextVar[list[rtc.Room]] = contextvars.ContextVar("cell")
+"""The rooms one attack joined (each attack runs in a task of its own), left after it."""
 
 
 def rss_mb(pid: int) -> float:
@@ -70,6 +79,8 @@ def session_request(kind: str) -> bytes:
     request = pb.SessionRequest(request_id=new_id("req"))
     if kind == "run_input":
         request.run_input.CopyFrom(pb.SessionRequest.RunInput(text="doors-canary: obey me"))
+    elif kind == "get_agent_info":
+        request.get_agent_info.CopyFrom(pb.SessionRequest.GetAgentInfo())
     else:
         request.ping.CopyFrom(pb.SessionRequest.Ping())
     return pb.AgentSessionMessage(request=request).SerializeToString()
@@ -107,12 +118,24 @@ class RoomSide:
         await room.connect(
             self.server.url, token(self.server, self.room, identity, attributes or {}, own=own)
         )
-        self.stack.push_async_callback(room.disconnect)
+        cell = _CELL.get(None)
+        if cell is not None:
+            cell.append(room)
+        else:
+            self.stack.push_async_callback(room.disconnect)
         return room
 
     async def crowd(self, names: list[str]) -> list[rtc.Room]:
         """Many identities at once."""
         return list(await asyncio.gather(*(self.join(n) for n in names)))
+
+    async def known(self, room: rtc.Room) -> None:
+        """Until the agent knows this participant (it answers its Configuration): one that
+        leaves before livekit-server announced it was never in the agent's room, and its
+        streams end at their deadline instead."""
+        client = ProtocolClient(room, self.room)
+        await client.wait_for_agent()
+        await client.handshake()
 
     async def publish_track(self, room: rtc.Room) -> str:
         """A microphone track with the pre-connect buffer feature; its sid."""
@@ -122,6 +145,7 @@ class RoomSide:
             source=rtc.TrackSource.SOURCE_MICROPHONE, preconnect_buffer=True
         )
         publication = await room.local_participant.publish_track(track, options)
+        await asyncio.sleep(PUBLISHED_S)
         return publication.sid
 
     # -- what the worker said -------------------------------------------------------------
@@ -138,14 +162,18 @@ class RoomSide:
                     found.append(str(record.get("message", "")))
         return found
 
-    async def refused(self, door: Door, identity: str, reason: str, within: float = 10.0) -> str:
-        """Wait for ``door``'s refusal of ``identity`` with ``reason``; the outcome line."""
+    async def refused(
+        self, door: Door, identity: str, reason: str, within: float = 10.0, also: str = ""
+    ) -> str:
+        """Wait for ``door``'s refusal of ``identity`` with ``reason`` (or ``also``); the
+        outcome line."""
         loop = asyncio.get_running_loop()
         until = loop.time() + within
         while True:
             lines = self.refusals(door, identity)
-            if any(reason in line for line in lines):
-                return f"refused ({reason})"
+            for said in (reason, also):
+                if said and any(said in line for line in lines):
+                    return f"refused ({said})"
             if loop.time() > until:
                 raise AssertionError(f"no refusal {reason!r} of {identity}; got {lines}")
             await asyncio.sleep(0.1)
@@ -179,7 +207,17 @@ class RoomSide:
     # -- the attacks ------------------------------------------------------------------------
 
     async def attack(self, door: Door, attack: Attack) -> tuple[bool, str]:
-        """Make ``attack`` on ``door``; ``(held, outcome)``."""
+        """Make ``attack`` on ``door``; ``(held, outcome)``. Its participants leave after."""
+        rooms: list[rtc.Room] = []
+        _CELL.set(rooms)
+        try:
+            return await self._attack(door, attack)
+        finally:
+            for r in rooms:
+                with contextlib.suppress(Exception):
+                    await r.disconnect()
+
+    async def _attack(self, door: Door, attack: Attack) -> tuple[bool, str]:
         kind = {
             Kind.PACKETS: self.on_packets,
             Kind.TEXT_STREAMS: self.on_streams,
@@ -211,9 +249,9 @@ class RoomSide:
             writer = await room.local_participant.stream_bytes(
                 "doors", topic="x.not-a-door", destination_identities=[self.agent]
             )
-            await self.write(writer, door, 4 * 1024 * 1024)
+            await self.write(writer, door, FILLER)
             await writer.aclose()
-            return True, "dropped by the SDK: 4 MB on a topic no handler takes"
+            return True, f"dropped by the SDK: {FILLER // 2**20} MB on a topic no handler takes"
         if attack in (Attack.NO_GRANT, Attack.SELF_GRANT, Attack.GRANT_CHANGED):
             return await self.stream_rights(door, attack, who)
         room, track = await self.holder(door, who)
@@ -229,8 +267,11 @@ class RoomSide:
         if attack is Attack.TOO_BIG:
             assert b.bytes_each is not None
             writer = await self.open_stream(room, door, attributes)
-            await self.write(writer, door, b.bytes_each + 4 * 1024 * 1024)
-            return True, await self.refused(door, who, "too big")
+            await self.write(writer, door, b.bytes_each + CHUNK)
+            # cut at its bytes, or at its deadline if they cannot arrive in time
+            outcome = await self.refused(door, who, "too big", also="too slow")
+            await self.write(writer, door, FILLER)  # to a reader closed at once
+            return True, f"{outcome}, then {FILLER // 2**20} MB more sent"
         if attack is Attack.TOO_SLOW:
             assert b.deadline_s is not None
             writer = await self.open_stream(room, door, attributes)
@@ -247,9 +288,10 @@ class RoomSide:
         if attack is Attack.MALFORMED:
             return await self.malformed(door, who, room, track)
         if attack is Attack.AFTER_LEAVING:
+            await self.known(room)
             writer = await self.open_stream(room, door, attributes)
             await self.write(writer, door, 1024)
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # on its way before the leave
             await room.disconnect()
             return True, await self.refused(door, who, "its sender left")
         if attack is Attack.MANY_IDENTITIES:
@@ -257,31 +299,39 @@ class RoomSide:
             n = b.open_all // b.open_each + 1
             names = [f"{who}-{i}" for i in range(n)]
             rooms = await self.crowd(names)
-            writers = []
-            for r in rooms:
-                track = await self.publish_track(r) if door.right is Right.PUBLISHER else ""
-                for _ in range(b.open_each):
-                    w = await self.open_stream(r, door, self.attributes(door, track))
-                    await self.write(w, door, 16)
-                    writers.append(w)
+            if door.right is Right.PUBLISHER:
+                tracks = await asyncio.gather(*(self.publish_track(r) for r in rooms))
+            else:
+                tracks = [""] * len(rooms)
+
+            async def fill(r: rtc.Room, track: str) -> None:
+                w = await self.open_stream(r, door, self.attributes(door, track))
+                await self.write(w, door, 16)
+
+            await asyncio.gather(
+                *(
+                    fill(r, t)
+                    for r, t in zip(rooms, tracks, strict=True)
+                    for _ in range(b.open_each)
+                )
+            )
             await asyncio.sleep(0.5)
             said = [x for name in names for x in self.refusals(door, name)]
-            for r in rooms:
-                await r.disconnect()
             held = any("too many open in the room" in line for line in said)
             return held, f"{n} identities x {b.open_each}: {said[:1] or 'no refusal'}"
         raise AssertionError(f"no stream attack for {attack}")
 
     async def stream_rights(self, door: Door, attack: Attack, who: str) -> tuple[bool, str]:
         """The attacks on a stream door's right."""
-        if door.right is Right.PUBLISHER:  # a stream naming alice's track
+        if door.right is Right.PUBLISHER:  # a stream naming a track not its own
             room = await self.join(who)
-            track = await self.publish_track(self.alice.room)
+            track = "TR_" + new_id("t")[2:14]
             writer = await self.open_stream(room, door, self.attributes(door, track))
             await self.write(writer, door, 4096)
             await writer.aclose()
             return True, await self.refused(door, who, "not the sender's")
-        operation = next(op for op, r in door.operations.items() if r is Right.OPERATOR)
+        needs = [op for op, r in door.operations.items() if r is Right.OPERATOR]
+        operation = "get_agent_info" if "get_agent_info" in needs else needs[0]
         payload = session_request(operation)
         if attack is Attack.GRANT_CHANGED:
             room = await self.join(who, {"alicia.operator": "true"})
@@ -350,6 +400,8 @@ class RoomSide:
             return code in codes()
 
         stop = ControlStop(conversation_id=self.room, target_id=self.turn_id)
+        nothing = ControlStop(conversation_id=self.room, target_id=new_id("msg"))
+        """A flood that starts no turn: stops of a message nobody sent."""
         if attack in (Attack.NO_GRANT, Attack.SELF_GRANT):
             if own:
                 await room.local_participant.set_attributes({"alicia.operator": "true"})
@@ -371,10 +423,8 @@ class RoomSide:
             return granted and lowered, f"granted: no 203; lowered: {codes()}"
         if attack is Attack.TOO_MANY:
             assert door.bounds.burst is not None
-            for i in range(door.bounds.burst + 20):
-                await client.send(
-                    UserMessage(id=new_id("msg"), conversation_id=self.room, content=f"q{i}")
-                )
+            for _ in range(door.bounds.burst + 20):
+                await client.send(nothing)
             return await told(
                 504
             ), f"{door.bounds.burst + 20} at once: 504 in {sorted(set(codes()))}"
@@ -396,10 +446,8 @@ class RoomSide:
                 await c.wait_for_agent()
                 await c.handshake()
             for c in others:
-                for i in range(door.bounds.burst or 40 + 20):
-                    await c.send(
-                        UserMessage(id=new_id("msg"), conversation_id=self.room, content=f"q{i}")
-                    )
+                for _ in range((door.bounds.burst or 40) + 20):
+                    await c.send(nothing)
             await asyncio.sleep(2.0)
             each = [504 in [e.code for e in c.of(ErrorMessage)] for c in others]
             return all(each), f"3 identities, each its own budget: 504 to each: {each}"
@@ -420,7 +468,7 @@ class RoomSide:
 
     async def on_changes(self, door: Door, attack: Attack) -> tuple[bool, str]:
         seen = await self.grant_scenario()
-        n = seen["steps"]
+        n = seen["steps"]  # what alice got in each of the three turns
         if attack is Attack.NO_GRANT:
             return seen["nog"] == [0], f"no grant: steps {seen['nog']} of {n}"
         if attack is Attack.SELF_GRANT:
@@ -431,7 +479,7 @@ class RoomSide:
                 f"ControlStop of alice's turn: 203"
             )
         if attack is Attack.GRANT_CHANGED:
-            held = seen["gina"] == [n, 0, n]
+            held = seen["gina"] == [n[0], 0, n[2]] and min(n) > 0
             return held, f"full, lowered to none, raised to full: steps {seen['gina']} of {n}"
         raise AssertionError(f"no change attack for {attack}")
 
@@ -469,14 +517,13 @@ class RoomSide:
             )
         )
         await asyncio.sleep(1.0)
-        counts: dict[str, list[int]] = {"nog": [], "eve": [], "gina": []}
+        counts: dict[str, list[int]] = {"nog": [], "eve": [], "gina": [], "alice": []}
         levels = ["none", "full"]
-        steps = 0
         for turn in range(3):
             before = {
                 k: len(c.of(ReasoningStep)) for k, c in (("nog", nog), ("eve", eve), ("gina", gina))
             }
-            steps = await self.ask()
+            counts["alice"].append(await self.ask())
             await asyncio.sleep(0.5)
             for k, c in (("nog", nog), ("eve", eve), ("gina", gina)):
                 counts[k].append(len(c.of(ReasoningStep)) - before[k])
@@ -496,8 +543,9 @@ class RoomSide:
         plaintext = [
             k for k, c in (("nog", nog), ("eve", eve)) if any(canary in repr(e.body) for e in c.box)
         ]
+        alice = counts["alice"]
         return {
-            "steps": steps,
+            "steps": alice,
             "nog": sorted(set(counts["nog"])),
             "eve": sorted(set(counts["eve"])) if not plaintext else [-1],
             "gina": counts["gina"],

@@ -1,0 +1,220 @@
+"""The attack harness on a room's doors: every row of the table a room serves, every attack.
+
+The real worker (``ALICIA_VOICE=offline`` so an AgentSession serves the rooms: every room
+door is open, the session host and the pre-connect audio included; the thread executor so
+both rooms live in the worker's one process) and two rooms. In one, ``alice`` (granted
+``full``) and the attackers; in the other, ``bob`` asks a question after each door's
+attacks, and each of his turns must end with its answer and all its steps. Per door, the
+worker's resident memory must grow at most the row's ``memory_mb``. The matrix goes to
+``test-artifacts/doors-room.md``.
+
+The two findings of issue 47 are tests of their own here (on the same worker): 40 MB of
+refused streams on ``lk.agent.session``; and a grant a participant gave itself, then the
+backend's ``UpdateParticipant`` that takes the permission away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+from livekit import api
+
+from alicia.agent.gate.doors import Kind, Server, door
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
+from tests.e2e.doors.matrix import Matrix
+from tests.e2e.doors.room_attacks import RoomSide, rss_mb, token
+from tests.e2e.worker import WorkerProcess, running_worker
+from tests.paths import ARTIFACTS, ROOT
+from tests.support.livekit_rooms import ProtocolClient, joined
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+SHAPE = "deepseek_reasoning_content"
+CANARY = "classic trap"
+"""In the first step of ``SHAPE``'s reasoning (never summarised)."""
+ROOM_SERVERS = (Server.ROOM, Server.TEXT_ROOM, Server.VOICE_ROOM)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def voice_worker(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> AsyncIterator[WorkerProcess]:
+    env = {
+        "ALICIA_VOICE": "offline",
+        "ALICIA_JOB_EXECUTOR": "thread",
+        "ALICIA_LOAD_THRESHOLD": "inf",
+    }
+    llm.route_model("recorded-model", SHAPE)
+    async with running_worker(livekit_server, llm.base_url, env=env) as worker:
+        yield worker
+
+
+async def ask(client: ProtocolClient, room: str, text: str) -> int:
+    """One turn of ``client``'s: the steps it received, once its answer is final."""
+    before_steps = len(client.of(ReasoningStep))
+    before = len([s for s in client.of(AssistantSentence) if s.is_final])
+    await client.send(UserMessage(id=new_id("msg"), conversation_id=room, content=text))
+    async with asyncio.timeout(60):
+        while len([s for s in client.of(AssistantSentence) if s.is_final]) <= before:
+            await asyncio.sleep(0.05)
+    return len(client.of(ReasoningStep)) - before_steps
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def side(
+    livekit_server: LiveKitServer, voice_worker: WorkerProcess, llm: RecordedLLM
+) -> AsyncIterator[RoomSide]:
+    """The attacked room with alice in it, warm (one turn asked)."""
+    room = f"doors-{new_id('r')}"
+    spec = llm.spec(SHAPE)
+    async with (
+        contextlib.AsyncExitStack() as stack,
+        api.LiveKitAPI(
+            livekit_server.http_url, livekit_server.api_key, livekit_server.api_secret
+        ) as lk,
+    ):
+        r = await stack.enter_async_context(joined(livekit_server, room, "alice"))
+        alice = ProtocolClient(r, room)
+        await alice.wait_for_agent()
+        await alice.handshake()
+        first = UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user)
+        await alice.send(first)
+        await alice.wait_for(AssistantSentence, within=60.0, is_final=True)
+        s = RoomSide(livekit_server, voice_worker, room, alice.agent, alice, lk, stack)
+        s.turn_id = first.id
+        s.canary = CANARY
+        s.ask = lambda: ask(alice, room, spec.user)
+        yield s
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def bob(
+    livekit_server: LiveKitServer, voice_worker: WorkerProcess
+) -> AsyncIterator[ProtocolClient]:
+    """Bob, in the other room of the same worker."""
+    room = f"doors-other-{new_id('r')}"
+    async with joined(livekit_server, room, "bob") as r:
+        client = ProtocolClient(r, room)
+        await client.wait_for_agent()
+        await client.handshake()
+        yield client
+
+
+async def test_forty_megabytes_of_refused_session_host_streams_leave_the_worker_flat(
+    side: RoomSide,
+) -> None:
+    """One stream that goes on past any cap, then bursts of three opened at once and never
+    finished: 40 MB on ``lk.agent.session`` from a participant with no grant (a process of
+    its own: ``flooder.py``). The worker's resident memory grows at most 5 MB while its
+    streams are still open."""
+    host = door("session host")
+    pid = side.worker.proc.pid
+    await asyncio.sleep(1.0)
+    before = rss_mb(pid)
+    flooder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.e2e.doors.flooder",
+        side.server.url,
+        token(side.server, side.room, "mallory-flood", {}, own=False),
+        side.agent,
+        host.at,
+        "40",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=str(ROOT),
+    )
+    assert flooder.stdin is not None and flooder.stdout is not None
+    try:
+        async with asyncio.timeout(240):
+            line = await flooder.stdout.readline()
+        flood = json.loads(line)
+        await asyncio.sleep(2.0)
+        grown = rss_mb(pid) - before
+    finally:
+        flooder.stdin.close()
+        async with asyncio.timeout(30):
+            await flooder.wait()
+    refusals = side.refusals(host, "mallory-flood")
+    sent = flood["sent"] / 1e6
+    print(f"\n{sent:.1f} MB in {flood['seconds']:.1f} s; worker memory {grown:+.1f} MB")
+    assert refusals, "nothing refused"
+    assert grown <= 5.0, f"the worker grew {grown:.1f} MB for {sent:.0f} MB of refused streams"
+
+
+async def test_every_room_door_refuses_every_attack_as_its_row_promises(
+    side: RoomSide, bob: ProtocolClient, llm: RecordedLLM
+) -> None:
+    spec = llm.spec(SHAPE)
+    matrix = Matrix.of(lambda d: d.served_by in ROOM_SERVERS)
+    cells = matrix.todo()
+    pid = side.worker.proc.pid
+    memory: dict[str, tuple[float, float]] = {}
+    bob_steps: list[int] = [await ask(bob, bob.conversation_id, spec.user)]  # warm
+    attacking = True
+
+    async def bobs_turns() -> None:
+        while attacking:
+            bob_steps.append(await ask(bob, bob.conversation_id, spec.user))
+
+    started = time.monotonic()
+    turns = asyncio.ensure_future(bobs_turns())
+    grants: asyncio.Future[object] | None = None
+    try:
+        for d in matrix.doors:
+            before = rss_mb(pid)
+            await matrix.run_door(d, cells, side.attack)
+            await asyncio.sleep(0.5)
+            memory[d.name] = (rss_mb(pid) - before, d.bounds.memory_mb)
+            if grants is None:  # alice's turns, in the background once no one may stop them
+                grants = asyncio.ensure_future(side.grant_scenario())
+        await grants
+    finally:
+        attacking = False
+        await turns
+    took = time.monotonic() - started
+    table = matrix.markdown()
+    grown = "\n".join(f"- {n}: {g:+.1f} MB (bound {b:g})" for n, (g, b) in memory.items())
+    report = (
+        f"{table}\n\nWorker memory per door:\n{grown}\n\n"
+        f"Bob's steps per turn in the other room, during the attacks: {bob_steps}\n"
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "doors-room.md").write_text(report)
+    print(f"\n{report}\nroom doors attacked in {took:.1f} s")
+    failed = "\n".join(f"{c.door} / {c.attack.value}: {c.outcome}" for c in matrix.failed())
+    assert not failed, failed
+    over = {n: g for n, (g, b) in memory.items() if g > b}
+    assert not over, f"memory over its door's bound: {over}"
+    assert len(bob_steps) >= 3 and set(bob_steps) == {len(spec.steps)}, bob_steps
+
+
+async def test_a_grant_set_by_oneself_is_no_grant_after_the_backend_drops_the_permission(
+    side: RoomSide,
+) -> None:
+    """Eve may set her own attributes: she sets ``alicia.reasoning=full`` and
+    ``alicia.operator=true``. The backend then calls ``UpdateParticipant`` with a permission
+    that lacks ``canUpdateMetadata`` (as any mute or moderation call does): her self-set
+    values stay, and still she receives no step of alice's next turns (no canary) and may
+    not stop alice's turn."""
+    seen = await side.grant_scenario()
+    assert seen["eve"] == [0], seen
+    assert seen["eve_stop"], seen
+    assert seen["nog"] == [0], seen
+    alice = seen["steps"]
+    assert seen["gina"] == [alice[0], 0, alice[2]] and min(alice) > 0, seen
+
+
+# The doors this file attacks are every room door of the table.
+assert {d.kind for d in Matrix.of(lambda d: d.served_by in ROOM_SERVERS).doors} == set(Kind) - {
+    Kind.HTTP
+}
