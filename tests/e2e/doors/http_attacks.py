@@ -13,7 +13,7 @@ import contextvars
 import datetime
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,8 +55,35 @@ class Held:
                 return int(line.split()[1]) if line.startswith(b"HTTP/") else 0
         return 0
 
+    async def flood(self, size: int) -> int:
+        """Send ``size`` bytes of body while reading the answer (one may come, and the
+        connection close, before the body is through); its status."""
+        answer = asyncio.ensure_future(self.status(15.0))
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionError):
+                for _ in range(size // 65536 + 1):
+                    if answer.done():
+                        return
+                    self.writer.write(b" " * 65536)
+                    await self.writer.drain()
+
+        await send()
+        return await answer
+
     def close(self) -> None:
         self.writer.close()
+
+
+def listening_on(port: int) -> set[str]:
+    """The addresses a TCP socket listens on at ``port``, whatever process holds it."""
+    import psutil
+
+    return {
+        c.laddr.ip
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
 
 
 @dataclass
@@ -66,6 +93,8 @@ class HttpSide:
     server: LiveKitServer
     bases: dict[str, str]
     """Server name (``Server.X.name``) -> ``http://127.0.0.1:port``."""
+    by_door: dict[str, str] = field(default_factory=dict)
+    """Door name -> base URL, where a door is on another port of its server."""
     room: str = "doors-http"
     counter: int = 0
 
@@ -92,7 +121,7 @@ class HttpSide:
         """(host, port, method, path) of ``door``."""
         method, _, path = door.at.partition(" ")
         path = path.replace("{room}", self.room).replace("/*", "/style.css")
-        url = urlsplit(self.bases[door.served_by.name])
+        url = urlsplit(self.by_door.get(door.name) or self.bases[door.served_by.name])
         return url.hostname or "127.0.0.1", url.port or 80, method, path
 
     async def open(
@@ -150,7 +179,10 @@ class HttpSide:
         right = door.right
         if right is Right.LOCAL:
             status = await self.ask(door)
-            return status == 200, f"HTTP {status} on loopback"
+            port = self.target(door)[1]
+            where = sorted(listening_on(port))
+            ok = status == 200 and where == ["127.0.0.1"]
+            return ok, f"HTTP {status}; port {port} listens on {', '.join(where)} only"
         if right is Right.DEV_TOKENS:
             status = await self.ask(door)
             return status == 404, f"HTTP {status} (ALICIA_WEB_TOKENS off, the default)"
@@ -180,11 +212,7 @@ class HttpSide:
         if attack is Attack.TOO_BIG:
             size = (b.bytes_each or 0) + 1024
             held = await self.open(door, headers=self.bearer(me), body=b"{", length=size)
-            with contextlib.suppress(ConnectionError):
-                for _ in range(size // 65536 + 1):
-                    held.writer.write(b" " * 65536)
-                    await held.writer.drain()
-            status = await held.status(15.0)
+            status = await held.flood(size)
             return status == 413, f"{size:,} bytes: HTTP {status}"
         if attack in (Attack.TOO_SLOW, Attack.NEVER_FINISHED):
             assert b.deadline_s is not None
@@ -274,11 +302,7 @@ class HttpSide:
         if attack is Attack.TOO_BIG:
             size = (b.bytes_each or 0) + 1024
             held = await self.open(door, body=b"{", length=size)
-            with contextlib.suppress(ConnectionError):
-                for _ in range(size // 65536 + 1):
-                    held.writer.write(b" " * 65536)
-                    await held.writer.drain()
-            status = await held.status(15.0)
+            status = await held.flood(size)
             return status == 413, f"{size:,} bytes: HTTP {status}"
         if attack in (Attack.TOO_SLOW, Attack.NEVER_FINISHED):
             assert b.deadline_s is not None

@@ -48,7 +48,7 @@ def not_applicable(door: Door, attack: Attack) -> str | None:
     grants = attack in (Attack.NO_GRANT, Attack.SELF_GRANT, Attack.GRANT_CHANGED)
     if grants and right is Right.ANYONE and not door.operations:
         return "anyone in the room may use it: its bounds hold for everyone"
-    if grants and right is Right.LOCAL:
+    if attack is not Attack.NO_GRANT and grants and right is Right.LOCAL:
         return "read-only, no content: whoever reaches the listen address (loopback)"
     if attack is Attack.SELF_GRANT and right is Right.PUBLISHER:
         return "publishing the track is the right; no attribute gives it"
@@ -71,6 +71,15 @@ def not_applicable(door: Door, attack: Attack) -> str | None:
         return "livekit-server keeps one connection per identity (see the protocol row)"
     if room and door.right is Right.NOBODY and attack not in (Attack.NO_GRANT, Attack.TOO_BIG):
         return "not served: what comes is dropped by the SDK (no handler, no reader)"
+    body = (Attack.TOO_BIG, Attack.TOO_SLOW, Attack.NEVER_FINISHED, Attack.MALFORMED)
+    if not room and door.at.startswith("GET ") and attack in body:
+        return "a GET has no body to hold"
+    if right is Right.SIGNED and attack in (
+        Attack.TOO_MANY,
+        Attack.MANY_IDENTITIES,
+        Attack.MANY_ADDRESSES,
+    ):
+        return "livekit-server is its one sender; an unsigned body is refused as it is read"
     if not room and right is Right.LOCAL and attack is not Attack.NO_GRANT:
         return "read-only GET, no body, no content: nothing to hold"
     if not room and right is Right.DEV_TOKENS and attack is not Attack.NO_GRANT:

@@ -293,7 +293,8 @@ class RoomSide:
             await self.write(writer, door, 1024)
             await asyncio.sleep(0.3)  # on its way before the leave
             await room.disconnect()
-            return True, await self.refused(door, who, "its sender left")
+            # ended when the agent hears of the leave, or at its deadline if that is sooner
+            return True, await self.refused(door, who, "its sender left", also="too slow")
         if attack is Attack.MANY_IDENTITIES:
             assert b.open_all is not None and b.open_each is not None
             n = b.open_all // b.open_each + 1
@@ -470,9 +471,10 @@ class RoomSide:
         seen = await self.grant_scenario()
         n = seen["steps"]  # what alice got in each of the three turns
         if attack is Attack.NO_GRANT:
-            return seen["nog"] == [0], f"no grant: steps {seen['nog']} of {n}"
+            held = seen["nog"] == [0] and not seen["canary_to"]
+            return held, f"no grant: steps {seen['nog']} of {n}"
         if attack is Attack.SELF_GRANT:
-            held = seen["eve"] == [0] and seen["eve_stop"]
+            held = seen["eve"] == [0] and seen["eve_stop"] and not seen["canary_to"]
             return held, (
                 f"set itself full and operator, then the backend's UpdateParticipant (a "
                 f"permission without canUpdateMetadata): steps {seen['eve']} of {n}, its "
@@ -547,7 +549,8 @@ class RoomSide:
         return {
             "steps": alice,
             "nog": sorted(set(counts["nog"])),
-            "eve": sorted(set(counts["eve"])) if not plaintext else [-1],
+            "eve": sorted(set(counts["eve"])),
+            "canary_to": plaintext,
             "gina": counts["gina"],
             "eve_stop": 203 in [e.code for e in eve.of(ErrorMessage)],
         }
