@@ -231,7 +231,7 @@ DOORS: Final[tuple[Door, ...]] = (
             rate_per_s=0.5,
             burst=2,
             deadline_s=3.0,
-            memory_mb=10.0,
+            memory_mb=16.0,  # 4 streams' 2 MiB held at most, and their tracks' decoders
         ),
         refusal=Refusal(answer="nothing (logged)", closes=True),
         about="The microphone's audio from before the agent joined, once per track, only "

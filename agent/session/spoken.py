@@ -80,6 +80,11 @@ class KnownListeners:
         self._update()
         return self
 
+    @property
+    def admitted(self) -> frozenset[str]:
+        """The identities that may subscribe to the agent's tracks now."""
+        return frozenset(self._in)
+
     def close(self) -> None:
         """Stop following the roster (the permissions stay as they are)."""
         self._room.off("participant_connected", self._joined)

@@ -146,3 +146,26 @@ async def test_one_caller_or_one_address_receives_a_bounded_share_of_the_uploads
             assert status == 200 and types(events)[-1] == "RUN_FINISHED", text
             assert codes == [408, 408, 429], (case, codes, texts)
             assert "more than 2 run inputs of this caller or address" in texts[2], texts[2]
+
+
+async def test_without_a_trusted_proxy_a_forwarded_header_names_no_address(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    """With no proxy configured (the default), ``X-Forwarded-For`` is not believed, not even
+    from loopback (uvicorn's own ``proxy_headers`` trusts it from 127.0.0.1, so a local
+    proxy that passes the client's header on made every stream another address): five
+    streams from one address, each claiming another, hold that address's three places."""
+    env = {"ALICIA_AGUI_MAX_PER_ADDRESS": "3"}
+    async with running_agui(livekit_server, llm.base_url, env=env) as agui:
+        room = new_id("conv")
+        path = f"/agui/rooms/{room}/events"
+        socks = []
+        for i in range(5):
+            token = agui_token(livekit_server, room, f"session-{new_id('s')}", "full")
+            sock = connect(agui.url)
+            extra = f"X-Forwarded-For: 198.51.100.{i + 1}\r\n"
+            sock.sendall(request_head(agui.url, "GET", path, token, extra))
+            socks.append(sock)
+        with closing_all(socks):
+            codes = await statuses(socks)
+        assert sorted(codes) == [200, 200, 200, 429, 429], codes
