@@ -54,6 +54,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "alicia.agent.storage",
     ),
     "alicia/agent/agui": ("alicia.agent.rooms", "alicia.agent.session"),
+    "alicia/agent/session": ("alicia.agent.rooms", "alicia.agent.agui", "alicia.agent.watch"),
+    "alicia/agent/gate": (*FRONT_ENDS, "alicia.agent.storage", "alicia.agent.llm"),
     "alicia/agent/export": (
         "livekit",
         "alicia.agent.rooms",
