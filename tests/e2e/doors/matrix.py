@@ -152,7 +152,16 @@ class Matrix:
         the one that fills the door for everyone (it would refuse the others)."""
         mine = [a for d, a in cells if d is door]
         first = [a for a in mine if a is not Attack.MANY_IDENTITIES]
-        await asyncio.gather(*(self.run(door, a, attacker) for a in first))
+        b = door.bounds
+        # as many at once as the door lets in together (each attack holds a place or two)
+        at_once = len(first) if b.open_all is None else max(1, b.open_all // 2 - 1)
+        gate = asyncio.Semaphore(at_once)
+
+        async def one(a: Attack) -> None:
+            async with gate:
+                await self.run(door, a, attacker)
+
+        await asyncio.gather(*(one(a) for a in first))
         if Attack.MANY_IDENTITIES in mine:
             await self.run(door, Attack.MANY_IDENTITIES, attacker)
 
