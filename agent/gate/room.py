@@ -79,7 +79,6 @@ class Bounded(Generic[_Chunk]):
         """Why the door ended it (``None`` while it may go on, or once it ended whole)."""
         self._ended: bool = False
         self._whole: bool = False
-        self._failed: BaseException | None = None
         self._arrived: asyncio.Queue[Any] = asyncio.Queue()
         deadline = gate.door.bounds.deadline_s
         loop = asyncio.get_running_loop()
@@ -100,18 +99,16 @@ class Bounded(Generic[_Chunk]):
                     return
                 self._arrived.put_nowait(chunk)
             self._whole = self.cut is None
-        except Exception as exc:  # the sender aborted it or left, the room went
-            if self.sender not in self._gate.room.remote_participants:
-                self.end("its sender left")
-            else:
-                self._failed = exc
+        except Exception:  # the sender aborted it or left, the room went: nothing more
+            gone = self.sender not in self._gate.room.remote_participants
+            self.end("its sender left" if gone else "aborted")
         finally:
             if self._timer is not None and self.cut is None:
                 self._timer.cancel()
             self._arrived.put_nowait(_DONE)
 
     def _late(self) -> None:
-        if not self._whole and self._failed is None:
+        if not self._whole:
             self.end("too slow")
 
     def __aiter__(self) -> AsyncIterator[_Chunk]:
@@ -125,8 +122,6 @@ class Bounded(Generic[_Chunk]):
             self._finish()
         if self.cut is not None:
             raise StreamCut(f"{self._gate.door.name} stream cut: {self.cut}")
-        if self._failed is not None:
-            raise self._failed
 
     async def read_all(self) -> _Chunk:
         """The whole stream (within its bounds), joined."""
@@ -155,7 +150,7 @@ class Bounded(Generic[_Chunk]):
         if self._timer is not None:
             self._timer.cancel()
         self._reader.close()  # a no-op once it ended; wakes the pump's read
-        if not self._whole and self.cut is None and self._failed is None:
+        if not self._whole and self.cut is None:
             self._pump.cancel()  # its handler is done before it was whole
             refused(self._gate.door, self.sender, "given up by its handler")
         self._gate.ended(self)

@@ -171,7 +171,7 @@ class RoomSide:
         until = loop.time() + within
         while True:
             lines = self.refusals(door, identity)
-            for said in (reason, also):
+            for said in (reason, *also.split("|")):
                 if said and any(said in line for line in lines):
                     return f"refused ({said})"
             if loop.time() > until:
@@ -294,9 +294,11 @@ class RoomSide:
             await self.write(writer, door, 1024)
             await asyncio.sleep(0.3)  # on its way before the leave
             await room.disconnect()
-            # ended when the agent hears of the leave, or at its deadline if that is sooner
+            # ended when the agent hears of the leave (or the SDK ends the stream as it
+            # does: aborted), or at its deadline if that is sooner
             within = (b.deadline_s or 0) + 30
-            return True, await self.refused(door, who, "its sender left", within, "too slow")
+            outcome = await self.refused(door, who, "its sender left", within, "too slow|aborted")
+            return True, outcome
         if attack is Attack.MANY_IDENTITIES:
             assert b.open_all is not None and b.open_each is not None
             n = b.open_all // b.open_each + 1
