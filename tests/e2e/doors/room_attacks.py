@@ -336,17 +336,26 @@ class RoomSide:
             return "its rate is past its one open stream (a stream waits for its publication)"
         who = f"{self.name(door, Attack.TOO_MANY)}-fast"
         room = await self.join(who)
-        spacing = 0.03  # enough for the stream to end before the next opens
-        n = math.ceil(b.burst / (1 - b.rate_per_s * spacing)) + 3
-        for _ in range(n):
-            if door.kind is Kind.TEXT_STREAMS:  # an empty message is no turn
+        if door.kind is Kind.TEXT_STREAMS:  # an empty message is no turn
+            spacing = 0.03  # enough for the stream to end before the next opens
+            n = math.ceil(b.burst / (1 - b.rate_per_s * spacing)) + 3
+            for _ in range(n):
                 writer = await self.open_stream(room, door)
                 await writer.aclose()
-            else:
-                await room.local_participant.send_bytes(
-                    session_request("ping"), topic=door.at, destination_identities=[self.agent]
+                await asyncio.sleep(spacing)
+        else:  # pings, as many at once as the door lets one sender have open
+            n = 3 * b.burst
+            for _ in range(0, n, b.open_each or 1):
+                await asyncio.gather(
+                    *(
+                        room.local_participant.send_bytes(
+                            session_request("ping"),
+                            topic=door.at,
+                            destination_identities=[self.agent],
+                        )
+                        for _ in range(b.open_each or 1)
+                    )
                 )
-            await asyncio.sleep(spacing)
         return f"{n} one after the other: " + await self.refused(door, who, "too fast")
 
     async def stream_rights(self, door: Door, attack: Attack, who: str) -> tuple[bool, str]:
