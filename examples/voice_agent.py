@@ -18,7 +18,7 @@ import os
 
 from livekit.agents import Agent, AgentServer, AgentSession, JobContext, cli
 
-from alicia import AliciaLLM, attach_reasoning
+from alicia import AliciaLLM, attach_reasoning, bound_streams
 from alicia.agent.speech import offline_speech
 
 
@@ -44,6 +44,7 @@ async def entrypoint(ctx: JobContext) -> None:
         tts=speech.tts,
         llm=AliciaLLM(model=os.environ["LLM_MODEL"], base_url=os.environ["LLM_BASE_URL"]),
     )
+    bound_streams(ctx.room)  # before it connects: no incoming stream inflates unbounded
     await session.start(agent=Assistant(), room=ctx.room)
     await attach_reasoning(session, ctx.room)
 

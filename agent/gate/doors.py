@@ -25,6 +25,7 @@ from alicia.protocol import DATA_TOPIC, MAX_PACKET_BYTES, TEXT_BUDGET_BYTES
 __all__ = [
     "DOORS",
     "LOG_EVERY_S",
+    "MAX_STREAM_BYTES",
     "Bounds",
     "Door",
     "Kind",
@@ -104,7 +105,8 @@ class Refusal:
     """A stream's reader is closed at once (nothing more of it is read or kept), a body
     left unread closes its connection."""
     counted: bool = True
-    """Counted in ``alicia.doors.refused`` by door and reason."""
+    """Counted: in ``alicia.doors.refused`` by door and reason (the AG-UI endpoint's in
+    ``alicia.agui.requests`` by status code)."""
     logged: bool = True
     """Logged at most once per door, sender and :data:`LOG_EVERY_S`."""
 
@@ -186,7 +188,7 @@ DOORS: Final[tuple[Door, ...]] = (
         right=Right.ANYONE,
         bounds=Bounds(
             open_each=4,
-            open_all=64,
+            open_all=16,
             bytes_each=TEXT_BUDGET_BYTES + 1,
             rate_per_s=2.0,
             burst=10,
@@ -204,10 +206,10 @@ DOORS: Final[tuple[Door, ...]] = (
         operations=dict.fromkeys(SESSION_OPERATOR, Right.OPERATOR),
         bounds=Bounds(
             open_each=2,
-            open_all=16,
+            open_all=8,
             bytes_each=64 * 1024,
-            rate_per_s=10.0,
-            burst=20,
+            rate_per_s=5.0,
+            burst=10,
             deadline_s=2.0,
             queued_each=4,
         ),
@@ -273,7 +275,7 @@ DOORS: Final[tuple[Door, ...]] = (
         at="any other topic",
         served_by=Server.ROOM,
         right=Right.NOBODY,
-        bounds=Bounds(),
+        bounds=Bounds(bytes_each=2 * 1024 * 1024),
         refusal=Refusal(
             answer="nothing: the SDK drops what no handler takes",
             closes=True,
@@ -430,6 +432,12 @@ DOORS: Final[tuple[Door, ...]] = (
 """Every way in (see the module docstring)."""
 
 _BY_NAME: Final = {d.name: d for d in DOORS}
+
+MAX_STREAM_BYTES: Final = max(
+    d.bounds.bytes_each or 0 for d in DOORS if d.kind.streams and d.served_by is not Server.AGUI
+)
+"""The most any one incoming data stream of a room may be, inflated (the largest stream
+door's bytes): livekit's SDK ends a longer one itself (``DataStreamOptions``)."""
 
 
 def door(name: str) -> Door:

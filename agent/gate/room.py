@@ -7,8 +7,14 @@ anything:
 
 * a stream is refused as it opens past the sender's rate, past the streams one sender
   (or everyone) may have open, from a door that serves nobody, or once its sender left;
-  a refused stream's reader is closed at once (livekit's reader stays subscribed to
-  every FFI event, its chunks queued without bound, until it is closed);
+  a refused stream gets no reader at all (disposed of unread, as the SDK does with a
+  topic nobody takes), or where the SDK's internals differ its reader is closed at once
+  (livekit's reader stays subscribed to every FFI event, its chunks queued without
+  bound, until it is closed);
+* every incoming stream of a room the worker joins is bounded by the SDK itself to
+  :data:`~.doors.MAX_STREAM_BYTES` inflated (:func:`bound_streams`): livekit's SDK
+  inflates compressed streams, so without it a few hundred bytes on the wire become any
+  size in memory, on any topic a handler takes;
 * an admitted stream reaches its handler as a :class:`Bounded` reader: past its bytes or
   its deadline (counted from its opening, read or not) it is closed and its reader raises
   :class:`StreamCut`; when its sender leaves, likewise; whatever its handler does, it is
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import weakref
 from collections import Counter
@@ -37,10 +44,17 @@ from livekit import rtc
 from alicia.agent.engine.participants import TokenBucket
 from alicia.agent.engine.rights import Right
 
-from .doors import DOORS, Door, Kind
+from .doors import DOORS, MAX_STREAM_BYTES, Door, Kind
 from .refusals import refused
 
-__all__ = ["Bounded", "RoomDoors", "StreamCut", "doors_of_room"]
+__all__ = [
+    "Bounded",
+    "RoomDoors",
+    "StreamCut",
+    "bound_streams",
+    "doors_of_room",
+    "with_stream_bound",
+]
 
 logger = logging.getLogger("alicia.gate")
 
@@ -179,14 +193,29 @@ class _StreamGate:
         self.open: dict[str, set[Bounded[Any]]] = {}
         self.rates: dict[str, TokenBucket] = {}
         self.closed = False
+        self._admitted = False
+
+    def refuse_early(self, sender: str) -> bool:
+        """Decide on a stream from its header, before the SDK makes its reader (a reader,
+        closed or not, has the SDK inflate what comes for it); True if it is refused."""
+        why = self._refusal(sender)
+        if why is None:
+            self._admitted = True  # the reader the SDK makes next is let in
+            return False
+        self._refused(sender, why)
+        return True
+
+    def _refused(self, sender: str, why: str) -> None:
+        refused(self.door, sender, why)
+        if self.on_refused is not None:
+            self.on_refused(sender, why)
 
     def __call__(self, reader: _Reader, sender: str) -> None:
-        why = self._refusal(sender)
+        admitted, self._admitted = self._admitted, False
+        why = None if admitted else self._refusal(sender)
         if why is not None:
             reader.close()
-            refused(self.door, sender, why)
-            if self.on_refused is not None:
-                self.on_refused(sender, why)
+            self._refused(sender, why)
             return
         bounded: Bounded[Any] = Bounded(reader, self, sender)
         self.open.setdefault(sender, set()).add(bounded)
@@ -252,6 +281,7 @@ class RoomDoors:
         self._adopted = False
         self._wraps: dict[str, _Wrap] = {}
         room.on("participant_disconnected", self._left)
+        self._early = _refuse_before_reading(room, self._gates)
 
     # -- streams ----------------------------------------------------------------------
 
@@ -397,6 +427,60 @@ class RoomDoors:
         for gate in self._gates.values():
             gate.close()
         self._room.off("participant_disconnected", self._left)
+
+
+def _refuse_before_reading(room: rtc.Room, gates: dict[str, _StreamGate]) -> bool:
+    """Have ``room`` ask the stream's gate before the SDK makes a reader: a stream refused
+    as it opens is then disposed of unread, as the SDK does with a topic no handler takes
+    (a reader made and closed at once still has the SDK inflate, into memory, whatever
+    compressed data comes for it). SDK internals (rtc 1.1.x); False if they differ, and
+    a refused stream's reader is closed at once instead."""
+    from livekit.rtc._ffi_client import FfiHandle
+
+    def early(original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def opened(event: Any) -> None:
+            gate = gates.get(event.reader.info.topic)
+            if gate is not None and gate.refuse_early(event.participant_identity):
+                FfiHandle(event.reader.handle.id).dispose()
+                return
+            original(event)
+
+        return opened
+
+    names = ("_handle_text_stream_opened", "_handle_byte_stream_opened")
+    if not all(callable(getattr(room, n, None)) for n in names):
+        return False
+    for name in names:
+        setattr(room, name, early(getattr(room, name)))
+    return True
+
+
+def bound_streams(room: rtc.Room) -> None:
+    """Make ``room``'s connect bound every incoming data stream to :data:`MAX_STREAM_BYTES`
+    inflated (livekit's SDK inflates compressed streams as they come: unbounded, a few
+    hundred bytes on the wire become any size in memory). Call it before the room
+    connects (the worker does, before ``ctx.connect()``). Idempotent."""
+    connect = room.connect
+    if getattr(connect, "_alicia_bounded", False):
+        return
+
+    async def bounded(url: str, token: str, options: rtc.RoomOptions | None = None) -> None:
+        await connect(url, token, with_stream_bound(options or rtc.RoomOptions()))
+
+    bounded._alicia_bounded = True  # type: ignore[attr-defined]
+    room.connect = bounded  # type: ignore[method-assign]
+
+
+def with_stream_bound(options: rtc.RoomOptions) -> rtc.RoomOptions:
+    """``options`` with incoming data streams bounded to :data:`MAX_STREAM_BYTES`."""
+    given = options.data_stream
+    if given is not None and given.max_payload_byte_length is not None:
+        limit = min(given.max_payload_byte_length, MAX_STREAM_BYTES)
+    else:
+        limit = MAX_STREAM_BYTES
+    return dataclasses.replace(
+        options, data_stream=rtc.DataStreamOptions(max_payload_byte_length=limit)
+    )
 
 
 _ROOMS: weakref.WeakKeyDictionary[rtc.Room, RoomDoors] = weakref.WeakKeyDictionary()

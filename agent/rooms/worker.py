@@ -34,6 +34,7 @@ from alicia.agent.engine.tools import default_tools
 from alicia.agent.env import EnvReader
 from alicia.agent.gate.ffi_routing import stop_capturing_native_logs
 from alicia.agent.gate.grants import grants_of
+from alicia.agent.gate.room import bound_streams, with_stream_bound
 from alicia.agent.gate.transport import RoomTransport, announce
 from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
@@ -205,6 +206,7 @@ async def _entry(ctx: JobContext, settings: Settings) -> None:
         return
     subscribe = AutoSubscribe.AUDIO_ONLY if settings.voice else AutoSubscribe.SUBSCRIBE_NONE
     grants = grants_of(ctx.room)  # from the first moment: who could set its own attributes
+    bound_streams(ctx.room)  # no incoming stream inflates past the table's largest
     async with _connect_slot():
         await ctx.connect(auto_subscribe=subscribe)
     grants.look_all()
@@ -235,7 +237,7 @@ async def _serve_own_room(ctx: JobContext, settings: Settings) -> None:
         await room.connect(
             settings.livekit_url,
             _job_token(ctx, settings),
-            rtc.RoomOptions(auto_subscribe=False),
+            with_stream_bound(rtc.RoomOptions(auto_subscribe=False)),
         )
     grants.look_all()
     try:

@@ -1,8 +1,10 @@
 """A participant that floods a byte-stream topic, in a process of its own.
 
 ``python -m tests.e2e.doors.flooder URL TOKEN AGENT TOPIC MEGABYTES``: joins, waits for
-``AGENT``, then writes half the bytes as one stream that goes on past any cap, and the
-rest as bursts of three streams opened at once and never finished. Prints one JSON line
+``AGENT``, then sends half the bytes as one stream that goes on past any cap, and the rest
+as streams opened while two of its own are held open, never finished (compressed where
+the SDK can: the receiving SDK inflates them, so the agent gets every byte while the
+machine pays little to send them). Prints one JSON line
 (``{"sent": bytes, "seconds": s}``) and stays in the room, its streams open, until its
 standard input closes. In a process of its own so that the test's own SDK state (its
 rooms, its clients) does not pace the flood.
@@ -31,26 +33,28 @@ async def flood(url: str, token: str, agent: str, topic: str, megabytes: float) 
         total = int(megabytes * 1024 * 1024)
         started = time.monotonic()
         to = [agent]
-        writer = await room.local_participant.stream_bytes(
-            "flood", topic=topic, destination_identities=to
+        # Half as one stream that goes on past any cap. Sent compressed, as livekit's
+        # SDKs may (the receiving SDK inflates it: the agent gets every byte).
+        await room.local_participant.send_bytes(
+            bytes(total // 2), topic=topic, destination_identities=to, compress=True
         )
-        sent = 0
-        while sent < total // 2:
+        sent = total // 2
+        # Then streams opened while two of the sender's are held open, never finished:
+        # refused as they open, and their bytes come all the same.
+        held = []
+        for _ in range(2):
+            writer = await room.local_participant.stream_bytes(
+                "flood", topic=topic, destination_identities=to
+            )
             await writer.write(os.urandom(CHUNK))
+            held.append(writer)
             sent += CHUNK
-        writers = [writer]
+        piece = 5 * 1024 * 1024
         while sent < total:
-            burst = [
-                await room.local_participant.stream_bytes(
-                    "flood", topic=topic, destination_identities=to
-                )
-                for _ in range(3)
-            ]
-            for w in burst:
-                for _ in range(10):
-                    await w.write(os.urandom(CHUNK))
-                    sent += CHUNK
-            writers.extend(burst)
+            await room.local_participant.send_bytes(
+                bytes(piece), topic=topic, destination_identities=to, compress=True
+            )
+            sent += piece
         print(json.dumps({"sent": sent, "seconds": time.monotonic() - started}), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     finally:

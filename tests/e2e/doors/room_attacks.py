@@ -29,7 +29,6 @@ from alicia.protocol import (
     MAX_PACKET_BYTES,
     ControlStop,
     ErrorMessage,
-    ReasoningStep,
     new_id,
 )
 from tests.e2e.doors.matrix import Attack
@@ -336,27 +335,24 @@ class RoomSide:
             return "its rate is past its one open stream (a stream waits for its publication)"
         who = f"{self.name(door, Attack.TOO_MANY)}-fast"
         room = await self.join(who)
-        if door.kind is Kind.TEXT_STREAMS:  # an empty message is no turn
-            spacing = 0.03  # enough for the stream to end before the next opens
-            n = math.ceil(b.burst / (1 - b.rate_per_s * spacing)) + 3
-            for _ in range(n):
+        each = 1 if door.kind is Kind.TEXT_STREAMS else (b.open_each or 1)
+
+        async def one() -> None:
+            if door.kind is Kind.TEXT_STREAMS:  # an empty message is no turn
                 writer = await self.open_stream(room, door)
                 await writer.aclose()
-                await asyncio.sleep(spacing)
-        else:  # pings, as many at once as the door lets one sender have open
-            n = 3 * b.burst
-            for _ in range(0, n, b.open_each or 1):
-                await asyncio.gather(
-                    *(
-                        room.local_participant.send_bytes(
-                            session_request("ping"),
-                            topic=door.at,
-                            destination_identities=[self.agent],
-                        )
-                        for _ in range(b.open_each or 1)
-                    )
+            else:  # a ping, answered to its sender
+                await room.local_participant.send_bytes(
+                    session_request("ping"), topic=door.at, destination_identities=[self.agent]
                 )
-        return f"{n} one after the other: " + await self.refused(door, who, "too fast")
+
+        sent = 0  # as fast as this machine allows, until refused (a slow machine sends longer)
+        async with asyncio.timeout(60):
+            while not any("too fast" in line for line in self.refusals(door, who)):
+                await asyncio.gather(*(one() for _ in range(each)))
+                sent += each
+                await asyncio.sleep(0.01)
+        return f"refused (too fast) after {sent} whole messages one after the other"
 
     async def stream_rights(self, door: Door, attack: Attack, who: str) -> tuple[bool, str]:
         """The attacks on a stream door's right."""
@@ -540,62 +536,9 @@ class RoomSide:
         return await asyncio.shield(self._grants)
 
     async def _grant_scenario(self) -> dict[str, Any]:
-        assert self.ask is not None
-        nog = ProtocolClient(await self.join("grants-nog"), self.room)
-        eve = ProtocolClient(await self.join("grants-eve", own=True), self.room)
-        gina = ProtocolClient(
-            await self.join("grants-gina", {"alicia.reasoning": "full"}), self.room
-        )
-        for c in (nog, eve, gina):
-            await c.wait_for_agent()
-            await c.handshake()
-        await eve.room.local_participant.set_attributes(
-            {"alicia.reasoning": "full", "alicia.operator": "true"}
-        )
-        permission = api.ParticipantPermission(
-            can_subscribe=True, can_publish=True, can_publish_data=True
-        )
-        await self.lk.room.update_participant(
-            api.UpdateParticipantRequest(
-                room=self.room, identity="grants-eve", permission=permission
-            )
-        )
-        await asyncio.sleep(1.0)
-        counts: dict[str, list[int]] = {"nog": [], "eve": [], "gina": [], "alice": []}
-        levels = ["none", "full"]
-        for turn in range(3):
-            before = {
-                k: len(c.of(ReasoningStep)) for k, c in (("nog", nog), ("eve", eve), ("gina", gina))
-            }
-            counts["alice"].append(await self.ask())
-            await asyncio.sleep(0.5)
-            for k, c in (("nog", nog), ("eve", eve), ("gina", gina)):
-                counts[k].append(len(c.of(ReasoningStep)) - before[k])
-            if turn < 2:
-                await self.lk.room.update_participant(
-                    api.UpdateParticipantRequest(
-                        room=self.room,
-                        identity="grants-gina",
-                        attributes={"alicia.reasoning": levels[turn]},
-                    )
-                )
-                await asyncio.sleep(0.5)
-        await eve.send(ControlStop(conversation_id=self.room, target_id=self.turn_id))
-        with contextlib.suppress(TimeoutError):
-            await eve.wait_for(ErrorMessage, within=30.0, code=203)
-        canary = self.canary
-        plaintext = [
-            k for k, c in (("nog", nog), ("eve", eve)) if any(canary in repr(e.body) for e in c.box)
-        ]
-        alice = counts["alice"]
-        return {
-            "steps": alice,
-            "nog": sorted(set(counts["nog"])),
-            "eve": sorted(set(counts["eve"])),
-            "canary_to": plaintext,
-            "gina": counts["gina"],
-            "eve_stop": 203 in [e.code for e in eve.of(ErrorMessage)],
-        }
+        from tests.e2e.doors.grant_scenario import grant_scenario
+
+        return await grant_scenario(self)
 
     ask: Callable[[], Awaitable[int]] | None = None
     """Alice asks a question with reasoning; the number of steps of its answer."""

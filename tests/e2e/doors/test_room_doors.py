@@ -114,10 +114,10 @@ async def bob(
 async def test_forty_megabytes_of_refused_session_host_streams_leave_the_worker_flat(
     side: RoomSide,
 ) -> None:
-    """One stream that goes on past any cap, then bursts of three opened at once and never
-    finished: 40 MB on ``lk.agent.session`` from a participant with no grant (a process of
-    its own: ``flooder.py``). The worker's resident memory grows at most 5 MB while its
-    streams are still open."""
+    """One stream that goes on past any cap, then streams opened while two of hers are held
+    open and never finished: 40 MB on ``lk.agent.session`` from a participant with no grant
+    (a process of its own: ``flooder.py``). The worker's resident memory grows at most
+    5 MB while her streams are still open, and her refusals make at most two log lines."""
     host = door("session host")
     pid = side.worker.proc.pid
     await asyncio.sleep(1.0)
