@@ -21,6 +21,8 @@ import time
 from livekit import rtc
 
 CHUNK = 15 * 1024
+RAW = 2 * 1024 * 1024
+"""Bytes written raw (not compressed) to each of two refused streams."""
 
 
 async def flood(url: str, token: str, agent: str, topic: str, megabytes: float) -> None:
@@ -49,7 +51,15 @@ async def flood(url: str, token: str, agent: str, topic: str, megabytes: float) 
             await writer.write(os.urandom(CHUNK))
             held.append(writer)
             sent += CHUNK
-        piece = 5 * 1024 * 1024
+        for _ in range(2):  # refused as they open: written on all the same, raw
+            writer = await room.local_participant.stream_bytes(
+                "flood", topic=topic, destination_identities=to
+            )
+            for _ in range(RAW // CHUNK):
+                await writer.write(os.urandom(CHUNK))
+                sent += CHUNK
+            held.append(writer)
+        piece = 4 * 1024 * 1024
         while sent < total:
             await room.local_participant.send_bytes(
                 bytes(piece), topic=topic, destination_identities=to, compress=True
