@@ -153,8 +153,10 @@ class Matrix:
         mine = [a for d, a in cells if d is door]
         first = [a for a in mine if a is not Attack.MANY_IDENTITIES]
         b = door.bounds
-        # as many at once as the door lets in together (each attack holds a place or two)
-        at_once = len(first) if b.open_all is None else max(1, b.open_all // 2 - 1)
+        # as many at once as the door lets in together: one attack holds a sender's places
+        # (too many at once), the others one or two each
+        each = b.open_each or 1
+        at_once = len(first) if b.open_all is None else max(1, (b.open_all - each) // min(each, 2))
         gate = asyncio.Semaphore(at_once)
 
         async def one(a: Attack) -> None:
