@@ -250,7 +250,7 @@ class RoomSide:
             )
             await self.write(writer, door, FILLER)
             await writer.aclose()
-            return True, f"dropped by the SDK: {FILLER // 2**20} MB on a topic no handler takes"
+            return True, f"dropped by the SDK: {FILLER // 1024} KiB on a topic no handler takes"
         if attack in (Attack.NO_GRANT, Attack.SELF_GRANT, Attack.GRANT_CHANGED):
             return await self.stream_rights(door, attack, who)
         room, track = await self.holder(door, who)
@@ -271,7 +271,7 @@ class RoomSide:
             # cut at its bytes, or at its deadline if they cannot arrive in time
             outcome = await self.refused(door, who, "too big", also="too slow")
             await self.write(writer, door, FILLER)  # to a reader closed at once
-            return True, f"{outcome}, then {FILLER // 2**20} MB more sent"
+            return True, f"{outcome}, then {FILLER // 1024} KiB more sent"
         if attack is Attack.TOO_SLOW:
             assert b.deadline_s is not None
             writer = await self.open_stream(room, door, attributes)
