@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 LOG_EVERY_S: Final = 60.0
-"""A refusal is logged at most once per door, sender and this many seconds (counted always)."""
+"""A refusal is logged at most once per door, sender, reason and this many seconds (counted
+always)."""
 
 
 class Kind(enum.Enum):
@@ -108,7 +109,7 @@ class Refusal:
     """Counted: in ``alicia.doors.refused`` by door and reason (the AG-UI endpoint's in
     ``alicia.agui.requests`` by status code)."""
     logged: bool = True
-    """Logged at most once per door, sender and :data:`LOG_EVERY_S`."""
+    """Logged at most once per door, sender, reason and :data:`LOG_EVERY_S`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ anything:
   through their door too: :meth:`RoomDoors.adopt` routes the room's
   ``register_*_stream_handler`` for a topic of the table to :meth:`streams`.
 
-Every refusal is counted and logged at most once per sender and interval
+Every refusal is counted and logged at most once per sender, reason and interval
 (:mod:`.refusals`); a door's own refusal to the sender (an ErrorMessage) is its
 handler's ``on_refused`` callback.
 """

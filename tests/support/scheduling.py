@@ -95,6 +95,8 @@ LANES: Final = (
         (
             "tests/e2e/failover/",
             "tests/e2e/test_client_trust_worker.py",  # takeovers too
+            "tests/e2e/observability/test_failover_traces.py",  # a takeover's spans
+            "tests/e2e/test_zdr_renditions.py",  # a takeover under ZDR
             "tests/e2e/browser/",
             "tests/agui/test_agui_limits.py",
         ),

@@ -1,7 +1,7 @@
 """Attackers for a room's doors: real participants of a real room served by the worker.
 
-Each attack is made by identities of its own (so the worker's refusal line, at most one
-per door, sender and minute, is this attack's), holding the door's right unless the attack
+Each attack is made by identities of its own (so the worker's refusal lines, at most one
+per door, sender, reason and minute, are this attack's), holding the door's right unless the attack
 is about the right. What a door refused is read back from the worker's log (its
 ``alicia.gate`` line names the door, the sender and the reason); what a protocol client
 was told, from the ErrorMessages it received.
@@ -192,10 +192,19 @@ class RoomSide:
             "doors", topic=door.at, destination_identities=to, attributes=attributes
         )
 
-    async def write(self, writer: Any, door: Door, size: int, *, pace: float = 0.0) -> None:
-        """``size`` bytes (or characters) of filler, one packet's worth at a time."""
+    async def write(
+        self,
+        writer: Any,
+        door: Door,
+        size: int,
+        *,
+        pace: float = 0.0,
+        until: asyncio.Event | None = None,
+    ) -> None:
+        """``size`` bytes (or characters) of filler, one packet's worth at a time (or until
+        ``until`` is set)."""
         left = size
-        while left > 0:
+        while left > 0 and not (until is not None and until.is_set()):
             n = min(CHUNK, left)
             data: Any = "a" * n if door.kind is Kind.TEXT_STREAMS else os.urandom(n)
             await writer.write(data)
@@ -267,9 +276,17 @@ class RoomSide:
         if attack is Attack.TOO_BIG:
             assert b.bytes_each is not None
             writer = await self.open_stream(room, door, attributes)
-            await self.write(writer, door, b.bytes_each + CHUNK)
-            # cut at its bytes, or at its deadline if they cannot arrive in time
-            outcome = await self.refused(door, who, "too big", also="too slow")
+            # cut at its bytes, or at its deadline if they cannot arrive in time (then the
+            # rest of its bytes is not written: the filler after shows the same)
+            cut = asyncio.Event()
+            sending = asyncio.ensure_future(
+                self.write(writer, door, b.bytes_each + CHUNK, until=cut)
+            )
+            try:
+                outcome = await self.refused(door, who, "too big", also="too slow")
+            finally:
+                cut.set()
+                await sending
             await self.write(writer, door, FILLER)  # to a reader closed at once
             return True, f"{outcome}, then {FILLER // 1024} KiB more sent"
         if attack is Attack.TOO_SLOW:

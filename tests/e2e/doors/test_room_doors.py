@@ -20,6 +20,7 @@ import contextlib
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
@@ -117,7 +118,8 @@ async def test_forty_megabytes_of_refused_session_host_streams_leave_the_worker_
     """One stream that goes on past any cap, then streams opened while two of hers are held
     open and never finished: 40 MB on ``lk.agent.session`` from a participant with no grant
     (a process of its own: ``flooder.py``). The worker's resident memory grows at most
-    5 MB while her streams are still open, and her refusals make at most two log lines."""
+    5 MB while her streams are still open, and her refusals make a log line or two per
+    reason."""
     host = door("session host")
     pid = side.worker.proc.pid
     await asyncio.sleep(1.0)
@@ -156,7 +158,9 @@ async def test_forty_megabytes_of_refused_session_host_streams_leave_the_worker_
     print(f"\n{sent:.1f} MB in {flood['seconds']:.1f} s; worker memory {grown:+.1f} MB")
     assert grown <= 5.0, f"the worker grew {grown:.1f} MB for {sent:.0f} MB of refused streams"
     assert refusals, "nothing refused"
-    assert len(lines) <= 2, f"{len(lines)} log lines for one sender's refusals"  # once a minute
+    reasons = Counter(json.loads(line)["message"] for line in lines)
+    # once a minute per reason (a handful of them): a few lines, whatever the flood's size
+    assert max(reasons.values()) <= 2 and len(reasons) <= 8, reasons
 
 
 async def test_every_room_door_refuses_every_attack_as_its_row_promises(
