@@ -1,6 +1,7 @@
 """The benchmarks that need no server run as the README says (a script, from any
 directory) and end with their RESULT line, and every benchmark has a smoke test (on real
-servers: ``test_bench_servers``, ``test_bench_speech``, ``test_bench_load``). Their
+servers: ``test_bench_servers``, ``test_bench_speech``, ``test_bench_load``,
+``test_bench_soak``). Their
 figures are not checked: speed is measured, never tested."""
 
 from __future__ import annotations

@@ -33,3 +33,4 @@ def test_the_quick_tier_runs_as_printed_and_leaves_out_every_server_test() -> No
     servers = ("tests/e2e/voice/test_voice.py", "tests/storage/test_storage_writer.py")
     assert not [i for i in ids if i.startswith(servers)]  # every test there needs a server
     assert not [i for i in ids if "test_bench_load" in i or "test_bench_servers" in i]
+    assert not [i for i in ids if "test_bench_soak" in i]
