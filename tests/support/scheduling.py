@@ -107,6 +107,7 @@ LANES: Final = (
 )
 """The realtime lanes, first workers first (``gw0``, ``gw1`` speech, ``gw2`` timing)."""
 HEAVY: Final = (
+    "tests/e2e/doors/test_room_doors.py",
     "tests/project/test_bench_load.py",
     "tests/project/test_bench_soak.py",
     "tests/project/test_bench_servers.py",
@@ -114,7 +115,9 @@ HEAVY: Final = (
     "tests/e2e/test_many_workers.py",
     "tests/protocol/",
 )
-"""Modules that load the CPU most (load benchmarks, Chromium, three workers, fuzzing):
+"""Modules that load the CPU most (the room doors' attacks, load benchmarks, Chromium, three
+workers, fuzzing). Beside speech, niced, the room doors' grant scenario starved (a Configuration
+unanswered for 15 s):
 they start once no speech module is left, so they never run beside real speech."""
 NICE: Final = 10
 """The niceness of the workers past the lanes (and of their servers and subprocesses)."""
