@@ -32,6 +32,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 LLM_STREAMS = "shared"
 STREAM = "deepseek_reasoning_content"
 SERVICE = f"alicia-failover-{new_id('t')}"
+LEASE = {"ALICIA_HEARTBEAT_TIMEOUT": "8"}
+"""As in ``tests/e2e/failover/test_failover.py``: a loaded 2-core machine starved the first
+worker's renewals (1.5 s by default) and the watcher moved the room before the kill (the
+spans then told of a takeover by the same worker, with no ``vacant_s``)."""
 
 
 def spans_on(jaeger: Jaeger, room: str) -> list[dict[str, Any]]:
@@ -55,9 +59,9 @@ async def test_claims_a_takeover_and_a_drain_are_spans_on_the_room(
     jaeger: Jaeger,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "traces")
-    env = worker_env(url, **traced(jaeger, SERVICE))
+    env = worker_env(url, **LEASE, **traced(jaeger, SERVICE))
     async with contextlib.AsyncExitStack() as stack:
-        await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        await stack.enter_async_context(running_watcher(livekit, url, port=watch_port, env=LEASE))
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         [(room, client, user_id)] = await rooms_mid_turn(livekit, llm, stack, 1, STREAM)
 
