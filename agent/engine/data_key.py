@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from .sealing import DataKeys, SealError
@@ -29,7 +29,7 @@ class DataKeyLoader:
     """Fetches the data key of ``conversation_id`` from ``keys``; ``on_key`` gets it once."""
 
     def __init__(
-        self, keys: DataKeys, conversation_id: str, on_key: Callable[[bytes], None]
+        self, keys: DataKeys, conversation_id: str, on_key: Callable[[bytes], Awaitable[None]]
     ) -> None:
         """Nothing is fetched until :meth:`load`."""
         self._keys = keys
@@ -64,7 +64,7 @@ class DataKeyLoader:
                 "data key erased: reasoning is not stored", extra={"conversation": self._id}
             )
         else:
-            self._on_key(key)
+            await self._on_key(key)
         return True
 
     def retry(self, tasks: set[asyncio.Task[Any]]) -> None:

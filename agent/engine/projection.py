@@ -130,15 +130,17 @@ class TurnHost(Protocol):
         """Seals encrypted values."""
 
     @property
-    def data_sealer(self) -> ReasoningSealer | None:
-        """Seals with the conversation's own data key."""
-
-    @property
     def summary_slots(self) -> asyncio.Semaphore:
         """Model summaries being made at once."""
 
     def clients(self) -> list[str]:
         """Every client that receives answers."""
+
+    async def store_sealed(
+        self, step: ReasoningStep, text: str, meta: dict[str, Any] | None
+    ) -> None:
+        """Zero data retention: store ``step`` only sealed with the data key (held for
+        the key while it is being fetched)."""
 
     def close_turn(self, turn: TurnProjection, exchange: Exchange | None) -> None:
         """``turn`` is over; ``exchange`` joins the history."""
@@ -309,10 +311,8 @@ class TurnProjection:
         zdr = s.options.zdr
         out = s.outbox
         await out.send(step, groups.get("full", []), meta=meta, level="full", store=not zdr)
-        if zdr and s.data_sealer is not None:
-            kept = s.data_sealer.seal(s.id, event.text, knd="step", ref=step.id)
-            stored = msgspec.structs.replace(step, content="", encrypted_value=kept)
-            await out.send(stored, [], meta=meta)
+        if zdr:
+            await s.store_sealed(step, event.text, meta)
         self._traced(event, groups)
         if not (groups.get("summary") or groups.get("encrypted")):
             return

@@ -234,7 +234,11 @@ async def test_a_data_key_that_cannot_be_opened_is_not_tried_again() -> None:
             raise SealError("unknown key")
 
     keys, got = _Unopenable(), []
-    loader = DataKeyLoader(keys, "conv_x", got.append)
+
+    async def take(key: bytes) -> None:
+        got.append(key)
+
+    loader = DataKeyLoader(keys, "conv_x", take)
     assert await loader.load() and loader.done and await loader.load()
     assert keys.calls == 1 and got == []
 
@@ -253,3 +257,46 @@ def test_a_value_is_bound_to_its_use_message_and_caller() -> None:
     unbound = sealer.seal("conv", "text")
     with pytest.raises(SealError):
         sealer.open(unbound, "conv", ref="rs_1")
+
+
+async def test_under_zdr_steps_made_before_the_data_key_came_are_stored_once_it_does(
+    llm: RecordedLLM,
+) -> None:
+    """The key store is away for the whole first turn (its migrations still running as
+    a loaded machine's first room starts): that turn's steps wait in memory and are
+    stored, sealed with the data key, when it comes; never stored in plaintext."""
+    from tests.engine.room import CONV as ROOM
+    from tests.engine.room import final_sentence, handshake, room, user_message
+    from tests.support.fakes import RecordingSink
+
+    gate = asyncio.Event()
+
+    class _LateKeyStore(_FlakyKeyStore):
+        async def data_key(self, conversation_id: str) -> bytes | None:
+            self.calls += 1
+            if not gate.is_set():
+                raise ConnectionError("key store still migrating")
+            return self.key
+
+    keys = _LateKeyStore(bytes(range(1, 33)))
+    sink = RecordingSink()
+    spec = llm.spec("deepseek_reasoning_content")
+    master = tuple(parse_keys(f"m1={b64(bytes(range(32)))}"))
+    async with room(llm, sink, keys, zdr=True, reasoning_keys=master) as r:
+        alice = r.client("alice")
+        await handshake(alice)
+        llm.script("deepseek_reasoning_content")
+        alice.send(user_message(spec.user))
+        await alice.wait_for(final_sentence)
+        assert not [e for e in sink.envelopes if isinstance(e.body, ReasoningStep)]
+        gate.set()
+        for _ in range(100):  # the next try comes within 0.5 + 1 s
+            if any(isinstance(e.body, ReasoningStep) for e in sink.envelopes):
+                break
+            await asyncio.sleep(0.05)
+    stored = [e.body for e in sink.envelopes if isinstance(e.body, ReasoningStep)]
+    assert len(stored) == len(spec.steps) and all(s.content == "" for s in stored)
+    assert [s.step_index for s in stored] == list(range(1, len(spec.steps) + 1))
+    opener = ReasoningSealer([("data:" + ROOM, keys.key)])
+    opened = [opener.open(s.encrypted_value, ROOM, knd="step", ref=s.id) for s in stored]
+    assert opened == list(spec.steps)

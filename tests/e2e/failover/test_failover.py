@@ -202,13 +202,18 @@ async def takeover(
             errors = [b for b in client.of(ErrorMessage) if b.originating_id == user_id]
             kinds = [(e.stanza_id, type(e.body).__name__) for e in client.box]
             assert [(e.code, e.recoverable) for e in errors] == [(503, True)], kinds
-        # The cut turn is stored as partial.
+        # The cut turn is stored as failed (by the new agent's storage writer, which
+        # writes in batches after the ErrorMessage left: on a loaded machine, seconds later).
         for _, _, user_id in rooms:
-            rows = await fetch(
-                url,
-                "SELECT completion_status FROM alicia_messages "
-                f"WHERE previous_id = '{user_id}' AND message_role = 'assistant'",
-            )
+            for _ in range(150):
+                rows = await fetch(
+                    url,
+                    "SELECT completion_status FROM alicia_messages "
+                    f"WHERE previous_id = '{user_id}' AND message_role = 'assistant'",
+                )
+                if [r["completion_status"] for r in rows] == ["failed"]:
+                    break
+                await asyncio.sleep(0.2)
             assert [r["completion_status"] for r in rows] == ["failed"]
         # A new turn works in every room.
         llm.script(*[STREAM] * ROOMS)
