@@ -1,8 +1,10 @@
 """A conversation's own data key: fetched (made on first use) as the conversation starts,
-and fetched again in the background while the key store cannot give it.
+and fetched again in the background while the key store cannot give it; under zero data
+retention, the steps stored sealed with it, and held for it while it is being fetched.
 
 A key store that is slow or briefly away as a room starts must not leave the whole
-conversation without its key: under zero data retention no step would be stored for it.
+conversation without its key, nor the turns before it came without their steps: under
+zero data retention no step is stored unsealed.
 """
 
 from __future__ import annotations
@@ -13,9 +15,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from .sealing import DataKeys, SealError
+import msgspec
 
-__all__ = ["KEY_TIMEOUT_S", "DataKeyLoader"]
+from alicia.protocol import ReasoningStep
+
+from .retention import UNSEALED_LIMIT
+from .sealing import DataKeys, ReasoningSealer, SealError
+
+__all__ = ["KEY_TIMEOUT_S", "DataKeyLoader", "SealedSteps"]
 
 logger = logging.getLogger("alicia.conversation")
 
@@ -80,3 +87,52 @@ class DataKeyLoader:
         task = asyncio.create_task(again(), name="alicia-data-key")
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+
+class SealedSteps:
+    """Zero data retention: each step stored only sealed with the conversation's data key
+    (``store`` takes the sealed copy and its meta). Steps made while the key is still being
+    fetched wait for it in memory, never on disk (at most :data:`UNSEALED_LIMIT`)."""
+
+    def __init__(
+        self,
+        conversation_id: str,
+        store: Callable[[ReasoningStep, dict[str, Any] | None], Awaitable[None]],
+    ) -> None:
+        """Nothing is stored until the key comes (:meth:`release`)."""
+        self._id = conversation_id
+        self._store = store
+        self._sealer: ReasoningSealer | None = None
+        self._held: list[tuple[ReasoningStep, str, dict[str, Any] | None]] = []
+        self.dropped = 0
+        """Steps never stored: past :data:`UNSEALED_LIMIT` while the key was awaited."""
+
+    async def put(
+        self, step: ReasoningStep, text: str, meta: dict[str, Any] | None, *, awaited: bool
+    ) -> None:
+        """Store ``step`` (its content is ``text``) sealed; without the key, hold it if
+        ``awaited`` (the key may still come), else it is not stored."""
+        if self._sealer is not None:
+            kept = self._sealer.seal(self._id, text, knd="step", ref=step.id)
+            await self._store(msgspec.structs.replace(step, content="", encrypted_value=kept), meta)
+        elif awaited and len(self._held) < UNSEALED_LIMIT:
+            self._held.append((step, text, meta))
+        elif awaited:
+            self.dropped += 1
+            if self.dropped == 1:
+                logger.warning(
+                    "data key still unavailable: later steps are not stored",
+                    extra={"conversation": self._id, "held": UNSEALED_LIMIT},
+                )
+
+    async def release(self, sealer: ReasoningSealer | None) -> None:
+        """The key came (``sealer`` seals with it): store the held steps, and the next."""
+        self._sealer = sealer
+        held, self._held = self._held, []
+        for step, text, meta in held:
+            await self.put(step, text, meta, awaited=False)
+        if held:
+            logger.info(
+                "steps held for the data key stored",
+                extra={"conversation": self._id, "steps": len(held)},
+            )

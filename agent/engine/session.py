@@ -71,7 +71,7 @@ from alicia.protocol import (
 from alicia.protocol import AudioChunk as _AudioChunk
 from alicia.protocol import ids as id_prefix
 
-from .data_key import DataKeyLoader
+from .data_key import DataKeyLoader, SealedSteps
 from .observer import AnswerObserver
 from .options import EngineOptions
 from .outbox import Outbox, ReplayBudget, ReplayGap
@@ -85,7 +85,7 @@ from .participants import (
     WrongConversation,
 )
 from .projection import TurnProjection
-from .retention import HISTORY_LIMIT, KNOWN_IDS, STEP_CHAINS, UNSEALED_LIMIT
+from .retention import HISTORY_LIMIT, KNOWN_IDS, STEP_CHAINS
 from .sealing import DataKeys, ReasoningSealer
 from .sink import META_FROM, ConversationStore, StepSink, lookup_message
 from .source import TurnSource
@@ -142,11 +142,7 @@ class ProtocolSession:
         self._key_loader = (
             None if keys is None else DataKeyLoader(keys, conversation_id, self._use_data_key)
         )
-        self._unsealed: list[tuple[ReasoningStep, str, dict[str, Any] | None]] = []
-        """Zero data retention: steps made while the data key was still being fetched,
-        stored sealed once it comes (at most :data:`UNSEALED_LIMIT`)."""
-        self.unsealed_dropped = 0
-        """Steps never stored: past :data:`UNSEALED_LIMIT` while the key was awaited."""
+        self._zdr_steps = SealedSteps(conversation_id, lambda b, m: self.outbox.send(b, [], meta=m))
         self.steps = StepTracker(max_chains=STEP_CHAINS)
         """``stepIndex`` chains of this conversation (shared by every turn)."""
         self.participants: dict[str, Participant] = {}
@@ -223,48 +219,24 @@ class ProtocolSession:
         self.tasks.clear()
 
     async def load_data_key(self) -> bool:
-        """Fetch (or make) this conversation's data key; without one, nothing is sealed
-        with it (and under ZDR no step is stored). False: the key store failed, so trying
-        again (:class:`~.data_key.DataKeyLoader`) may get it."""
+        """Fetch (or make) this conversation's data key. False: the key store failed, so
+        trying again (:class:`~.data_key.DataKeyLoader`) may get it."""
         return self._key_loader is None or await self._key_loader.load()
 
     async def _use_data_key(self, key: bytes) -> None:
-        # Seals with the data key; also opens what a run sealed with the master keys
-        # while it could not load this key (a key store hiccup).
+        # Also opens what a run sealed with the master keys without this key (a hiccup).
         master = list(self.options.reasoning_keys or ())
         self.data_sealer = ReasoningSealer([(f"data:{self.id}", key), *master])
         self.sealer = self.data_sealer
         seal_for(self)
-        held, self._unsealed = self._unsealed, []
-        for step, text, meta in held:
-            await self.store_sealed(step, text, meta)
-        if held:
-            logger.info(
-                "steps held for the data key stored",
-                extra={"conversation": self.id, "steps": len(held)},
-            )
+        await self._zdr_steps.release(self.data_sealer)
 
     async def store_sealed(
         self, step: ReasoningStep, text: str, meta: dict[str, Any] | None
     ) -> None:
-        """Zero data retention: store ``step`` (whose content is ``text``) only sealed
-        with the conversation's data key. While the key is still being fetched (a key
-        store slow as the room starts) the step waits for it in memory, never on disk."""
-        sealer = self.data_sealer
-        if sealer is not None:
-            kept = sealer.seal(self.id, text, knd="step", ref=step.id)
-            stored = msgspec.structs.replace(step, content="", encrypted_value=kept)
-            await self.outbox.send(stored, [], meta=meta)
-        elif self._key_loader is not None and not self._key_loader.done:
-            if len(self._unsealed) < UNSEALED_LIMIT:
-                self._unsealed.append((step, text, meta))
-                return
-            self.unsealed_dropped += 1
-            if self.unsealed_dropped == 1:
-                logger.warning(
-                    "data key still unavailable: later steps are not stored",
-                    extra={"conversation": self.id, "held": UNSEALED_LIMIT},
-                )
+        """ZDR: ``step`` (content ``text``) stored only sealed (:class:`SealedSteps`)."""
+        awaited = self._key_loader is not None and not self._key_loader.done
+        await self._zdr_steps.put(step, text, meta, awaited=awaited)
 
     # -- for turn sources -----------------------------------------------------------
 
