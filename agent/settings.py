@@ -145,6 +145,23 @@ class Settings:
     progress_gap_s: float = 2.5
     """``ALICIA_PROGRESS_GAP`` (default 2.5): seconds of quiet after a remark before the
     next one, for as long as the model reasons."""
+    turn_detection: str = "model"
+    """``ALICIA_TURN_DETECTION`` (default ``model``): how a voice room decides that the user
+    has finished: ``model`` LiveKit's end-of-turn audio model, run offline in the worker
+    (``turn-detector-v1-mini``, shipped in ``livekit-local-inference``); ``vad`` the VAD's
+    silence and the endpointing delay alone; or ``module:callable`` returning another
+    livekit-agents turn detector."""
+    endpointing_min_delay_s: float = 0.8
+    """``ALICIA_ENDPOINTING_MIN_DELAY`` (default 0.8): seconds of silence after speech
+    before a voice turn ends when the end-of-turn model judges it finished (or with
+    ``ALICIA_TURN_DETECTION=vad``). It must cover the recognizer's delay: livekit-agents
+    ends a turn that already holds a transcript (a question's first half) without waiting
+    for the last one, which then makes a turn of its own (the offline recognizer's comes
+    0.5 to 0.7 s after the speech)."""
+    endpointing_max_delay_s: float = 1.5
+    """``ALICIA_ENDPOINTING_MAX_DELAY`` (default 1.5): seconds of silence the agent waits
+    when the model judges the turn unfinished (a pause inside a question), before it
+    answers anyway."""
     stt: str | None = None
     """``ALICIA_STT`` (default unset = text only): ``module:callable`` returning a streaming
     ``livekit.agents.stt.STT``, e.g. ``livekit.plugins.deepgram:STT``."""
@@ -351,6 +368,9 @@ class Settings:
             spoken_progress=_progress(r.optional("ALICIA_SPOKEN_PROGRESS")),
             progress_delay_s=r.number("ALICIA_PROGRESS_DELAY", 1.2, low=0.0),
             progress_gap_s=r.number("ALICIA_PROGRESS_GAP", 2.5, low=0.2),
+            turn_detection=_turn_detection(r.optional("ALICIA_TURN_DETECTION")),
+            endpointing_min_delay_s=r.number("ALICIA_ENDPOINTING_MIN_DELAY", 0.8, low=0.0),
+            endpointing_max_delay_s=r.number("ALICIA_ENDPOINTING_MAX_DELAY", 1.5, low=0.0),
             stt=r.optional("ALICIA_STT"),
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
@@ -388,6 +408,10 @@ class Settings:
         )
         if settings.failover and not (settings.database_url and settings.agent_name):
             raise SettingsError("ALICIA_FAILOVER needs DATABASE_URL and ALICIA_AGENT_NAME")
+        if settings.endpointing_max_delay_s < settings.endpointing_min_delay_s:
+            raise SettingsError(
+                "ALICIA_ENDPOINTING_MAX_DELAY must be at least ALICIA_ENDPOINTING_MIN_DELAY"
+            )
         if settings.failover and settings.voice:
             raise SettingsError("ALICIA_FAILOVER serves text rooms only (voice rooms: not yet)")
         return settings
@@ -493,6 +517,17 @@ def _voice(value: str | None) -> Literal["offline"] | None:
     if mode in ("off", "none", "false", "0"):
         return None
     raise SettingsError(f"ALICIA_VOICE must be offline or off, not {value!r}")
+
+
+def _turn_detection(value: str | None) -> str:
+    choice = (value or "model").strip()
+    if choice.lower() in ("model", "vad"):
+        return choice.lower()
+    if ":" in choice:
+        return choice
+    raise SettingsError(
+        f"ALICIA_TURN_DETECTION must be model, vad or module:callable, not {value!r}"
+    )
 
 
 def _progress(value: str | None) -> Literal["off", "cue", "summary"]:

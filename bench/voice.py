@@ -84,7 +84,8 @@ async def agent_in(
 ) -> AsyncIterator[None]:
     """The voice pipeline in ``room``: with AliciaLLM and the bridge (settings from
     ``env``; spoken progress off unless it says), or stock. Turns end on the VAD, as in
-    the worker's voice rooms."""
+    the worker's voice rooms with ``ALICIA_TURN_DETECTION=vad`` (the end-of-turn model's
+    verdict on synthetic speech would add its wait to both, at random)."""
     r = rtc.Room()
     await r.connect(server.url, agent_token(server, room))
     speech = offline_speech(vad_=load_vad())
@@ -98,7 +99,10 @@ async def agent_in(
         tts=speech.tts,
         vad=speech.vad,
         llm=model,
-        turn_handling=turn_handling(VoiceParts(speech.stt, speech.tts, speech.vad)),
+        turn_handling=turn_handling(
+            VoiceParts(speech.stt, speech.tts, speech.vad),
+            session_settings({"ALICIA_TURN_DETECTION": "vad"}),  # the same for both
+        ),
     )
     bridge = None
     try:

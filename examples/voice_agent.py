@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from livekit.agents import Agent, AgentServer, AgentSession, JobContext, cli
+from livekit.agents import Agent, AgentServer, AgentSession, JobContext, cli, inference
 
 from alicia import AliciaLLM, attach_reasoning, bound_streams
 from alicia.agent.speech import offline_speech
@@ -43,6 +43,10 @@ async def entrypoint(ctx: JobContext) -> None:
         vad=speech.vad,
         tts=speech.tts,
         llm=AliciaLLM(model=os.environ["LLM_MODEL"], base_url=os.environ["LLM_BASE_URL"]),
+        # LiveKit's end-of-turn model, run here (its weights ship with livekit-agents): a
+        # pause inside a question does not end the turn. Left to choose, ``dev`` picks the
+        # cloud model. A reasoning model answering half a question costs twice.
+        turn_handling={"turn_detection": inference.TurnDetector(version="v1-mini")},
     )
     bound_streams(ctx.room)  # before it connects: no incoming stream inflates unbounded
     await session.start(agent=Assistant(), room=ctx.room)

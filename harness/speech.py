@@ -37,6 +37,8 @@ __all__ = [
     "read_wav",
     "resample",
     "speak",
+    "speak_with_pause",
+    "speech_bounds",
     "spotted",
     "transcribe",
     "write_wav",
@@ -55,6 +57,28 @@ def speak(text: str) -> tuple[np.ndarray, int]:
     body = np.concatenate([pad, audio, pad])
     noisy = body + np.random.default_rng(7).normal(0.0, 20.0, len(body))
     return np.clip(noisy, -32768, 32767).astype(np.int16), rate
+
+
+def speak_with_pause(first: str, then: str, pause_s: float) -> tuple[np.ndarray, int]:
+    """``first``, a pause of ``pause_s`` of faint noise (silence to a VAD), then ``then``,
+    spoken by espeak-ng as one utterance (padded like :func:`speak`). The pause is the
+    silence between the two parts' speech: espeak-ng's own quiet at the ends of each part
+    (about 0.35 s together) is cut."""
+    a, rate = speak(first)
+    b, _ = speak(then)
+    gap = np.random.default_rng(11).normal(0.0, 20.0, int(pause_s * rate)).astype(np.int16)
+    return np.concatenate(
+        [a[: speech_bounds(a, rate)[1]], gap, b[speech_bounds(b, rate)[0] :]]
+    ), rate
+
+
+def speech_bounds(pcm: np.ndarray, rate: int) -> tuple[int, int]:
+    """The first and the last sample of 10 ms frames of ``pcm`` louder than RMS 300."""
+    step = rate // 100
+    n = len(pcm) // step
+    frames = pcm[: n * step].astype(np.float64).reshape(n, step)
+    loud = np.nonzero(np.sqrt((frames**2).mean(axis=1)) > 300)[0]
+    return int(loud[0]) * step, (int(loud[-1]) + 1) * step
 
 
 def _espeak(text: str) -> tuple[bytes, int]:

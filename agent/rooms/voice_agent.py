@@ -21,7 +21,16 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from livekit.agents import Agent, AgentSession, JobContext, TurnHandlingOptions, stt, tts, vad
+from livekit.agents import (
+    Agent,
+    AgentSession,
+    EndpointingOptions,
+    JobContext,
+    TurnHandlingOptions,
+    stt,
+    tts,
+    vad,
+)
 from livekit.agents.voice import room_io
 
 from alicia.agent.engine.tools import default_tools
@@ -35,7 +44,14 @@ from alicia.agent.settings import Settings
 
 from .conventions import CHAT_TOPIC
 
-__all__ = ["VoiceParts", "load_plugin", "serve_voice_room", "turn_handling", "voice_parts"]
+__all__ = [
+    "VoiceParts",
+    "load_plugin",
+    "serve_voice_room",
+    "turn_detector",
+    "turn_handling",
+    "voice_parts",
+]
 
 logger = logging.getLogger("alicia.voice")
 
@@ -73,12 +89,35 @@ def voice_parts(settings: Settings) -> VoiceParts:
     )
 
 
-def turn_handling(parts: VoiceParts) -> TurnHandlingOptions:
-    """With a VAD, turns end on the VAD and the endpointing delay. livekit-agents'
-    default turn detector is LiveKit Inference's: a cloud model (in dev mode) or weights
-    downloaded at start, neither of which an offline voice room has (each turn then waits
-    seconds for a prediction that never comes)."""
-    return TurnHandlingOptions(turn_detection="vad") if parts.vad is not None else {}
+def turn_detector(settings: Settings) -> Any | None:
+    """The voice rooms' turn detector (``ALICIA_TURN_DETECTION``): LiveKit's end-of-turn
+    audio model run offline (``turn-detector-v1-mini``: its weights ship in
+    ``livekit-local-inference``, and the worker's forkserver loads them once for every
+    job process), a plugin, or None (the VAD alone)."""
+    choice = settings.turn_detection
+    if choice == "vad":
+        return None
+    if choice == "model":
+        from livekit.agents.inference import TurnDetector
+
+        # The version named: left to choose, livekit-agents picks the cloud model in dev mode.
+        return TurnDetector(version="v1-mini")
+    return load_plugin(choice)
+
+
+def turn_handling(parts: VoiceParts, settings: Settings) -> TurnHandlingOptions:
+    """With a VAD, a turn ends after ``ALICIA_ENDPOINTING_MIN_DELAY`` of silence when the
+    turn detector judges it finished, and after ``ALICIA_ENDPOINTING_MAX_DELAY`` when it
+    judges it unfinished (a pause inside a question); with ``vad`` after the first."""
+    if parts.vad is None:
+        return {}
+    endpointing = EndpointingOptions(
+        min_delay=settings.endpointing_min_delay_s, max_delay=settings.endpointing_max_delay_s
+    )
+    detector = turn_detector(settings)
+    return TurnHandlingOptions(
+        turn_detection=detector if detector is not None else "vad", endpointing=endpointing
+    )
 
 
 async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
@@ -91,7 +130,7 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     }
     session: AgentSession[Any] = AgentSession(
         llm=AliciaLLM.from_settings(settings, conversation_id=ctx.room.name),
-        turn_handling=turn_handling(parts),
+        turn_handling=turn_handling(parts, settings),
         **speech,
     )
     tools = session_tools(default_tools()) if settings.tools_enabled else []

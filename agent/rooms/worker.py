@@ -133,6 +133,10 @@ def build_server(settings: Settings) -> AgentServer:
         os.environ.setdefault("RUST_LOG", "warn")
     if _on_shared_loop(settings):
         logging.getLogger("livekit.agents").addFilter(_not_connected_notice)
+    if not settings.voice:
+        # livekit-agents' forkserver loads the end-of-turn model (244 MB resident) for every
+        # job process unless told not to; a worker without voice rooms never uses it.
+        os.environ.setdefault("LIVEKIT_AGENTS_PRELOAD_LOCAL_INFERENCE", "0")
     if settings.voice_mode == "offline":
         from alicia.agent.speech import register_plugins
 

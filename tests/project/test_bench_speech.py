@@ -40,3 +40,23 @@ def test_the_voice_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
         "added_llm_to_audio_ms",
     )
     assert re.fullmatch(result(keys), last), last
+
+
+def test_the_turn_taking_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
+    """One question with a 0.8 s pause, heard by the worker's default turn detection."""
+    args = ["--modes", "model", "--pauses", "0.8", "--trials", "1"]
+    last = last_line("bench/turns.py", args, tmp_path, 400)
+    n = "(-?[0-9.]+|nan)"
+    pattern = (
+        rf"RESULT pauses=0\.8 model_turns={n} model_first_sound_ms={n} "
+        rf"model_longest_silence_ms={n}"
+    )
+    assert re.fullmatch(pattern, last), last
+
+
+def test_the_voice_cost_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
+    """One room per variant, one short question each."""
+    args = ["--rooms", "1", "--questions", "1", "--reasoning", "1"]
+    last = last_line("bench/voice_cost.py", args, tmp_path, 400)
+    keys = ("voice_cpu_ratio", "ours_cpu_ms_per_room_s", "stock_cpu_ms_per_room_s")
+    assert re.fullmatch(result(keys), last), last

@@ -198,3 +198,25 @@ def test_failover_needs_storage_an_agent_name_and_text_rooms() -> None:
     assert (watch.agent_name, watch.port, watch.heartbeat_timeout_s) == ("alicia", 0, 1.5)
     with pytest.raises(SettingsError, match="ALICIA_AGENT_NAME"):
         WatchSettings.from_env({k: v for k, v in ok.items() if k != "ALICIA_AGENT_NAME"})
+
+
+def test_voice_turns_end_on_the_end_of_turn_model_unless_told_otherwise() -> None:
+    s = Settings.from_env(REQUIRED)
+    assert s.turn_detection == "model"
+    assert (s.endpointing_min_delay_s, s.endpointing_max_delay_s) == (0.8, 1.5)
+    told = Settings.from_env(
+        {
+            **REQUIRED,
+            "ALICIA_TURN_DETECTION": "VAD",
+            "ALICIA_ENDPOINTING_MIN_DELAY": "0.3",
+            "ALICIA_ENDPOINTING_MAX_DELAY": "2",
+        }
+    )
+    assert (told.turn_detection, told.endpointing_min_delay_s) == ("vad", 0.3)
+    assert told.endpointing_max_delay_s == 2.0
+    plugin = {**REQUIRED, "ALICIA_TURN_DETECTION": "my.detectors:Detector"}
+    assert Settings.from_env(plugin).turn_detection == "my.detectors:Detector"
+    with pytest.raises(SettingsError, match="ALICIA_TURN_DETECTION"):
+        Settings.from_env({**REQUIRED, "ALICIA_TURN_DETECTION": "stt"})
+    with pytest.raises(SettingsError, match="ALICIA_ENDPOINTING_MAX_DELAY"):
+        Settings.from_env({**REQUIRED, "ALICIA_ENDPOINTING_MAX_DELAY": "0.2"})

@@ -1,0 +1,104 @@
+"""Turn-taking: a pause inside a question that the turn detector judges unfinished does not
+end the user's turn.
+
+The real worker (``python -m alicia.agent start``, ``ALICIA_VOICE=offline``) with the
+end-of-turn model's verdict scripted at the detector's port
+(:mod:`tests.support.scripted_turns`: a turn's first pause is unfinished, the next ones
+finished; LiveKit's model cannot tell half questions from whole ones in espeak-ng's
+speech). A question spoken with a 1.1 s pause in the middle is one user turn: one chain
+of steps and one answer, after the question's last words. Before (turns ended on the VAD
+alone) it was two of each; with ``ALICIA_TURN_DETECTION=vad`` it still is
+(``bench/turns.py`` measures both, and LiveKit's real model, by pause length).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from alicia.harness import LiveKitServer
+from alicia.harness.recorded_llm import RecordedLLM
+from alicia.harness.speech import AudioRecorder, Microphone, speak_with_pause
+from alicia.protocol import AssistantSentence, ReasoningStep, StartAnswer, Transcription, new_id
+from tests.e2e.worker import running_worker
+from tests.support.livekit_rooms import ProtocolClient, joined
+
+pytestmark = pytest.mark.integration
+
+SHAPE = "openrouter_gpt5_summary"  # "How much sleep does an adult need?"
+PAUSE_S = 1.1
+"""Silence inside the question: past ``ALICIA_ENDPOINTING_MIN_DELAY`` (0.8 s: a shorter
+pause is held even without the model's verdict), within the default
+``ALICIA_ENDPOINTING_MAX_DELAY`` (1.5 s)."""
+SCRIPTED = "tests.support.scripted_turns:detector"
+
+
+async def _quiet(recorder: AudioRecorder, since: float, quiet_s: float) -> None:
+    """Until the agent has been silent for ``quiet_s`` after its last sound (90 s max)."""
+    async with asyncio.timeout(90):
+        while True:
+            loud = [
+                at
+                for at, s in recorder.frames
+                if at > since and np.sqrt((s.astype(np.float64) ** 2).mean()) > 300
+            ]
+            if loud and time.monotonic() - loud[-1] > quiet_s:
+                return
+            await asyncio.sleep(0.2)
+
+
+async def test_a_pause_judged_unfinished_keeps_the_question_one_turn(
+    livekit_server: LiveKitServer, llm: RecordedLLM
+) -> None:
+    spec = llm.spec(SHAPE)
+    llm.route_model("recorded-model", SHAPE)
+    words = spec.user.split()
+    first, then = " ".join(words[:3]), " ".join(words[3:])  # "How much sleep" | "does an..."
+    pcm, rate = speak_with_pause(first, then, PAUSE_S)
+    env = {
+        "ALICIA_VOICE": "offline",
+        "ALICIA_REASONING_VISIBILITY": "full",
+        "ALICIA_TURN_DETECTION": SCRIPTED,
+        # The wait on an unfinished verdict, from the speech's end: the default 1.5 s holds
+        # the 1.1 s pause, but a job process that lags behind its audio on a loaded machine
+        # takes the VAD's word late and has less of it left (a 6 s lag once).
+        "ALICIA_ENDPOINTING_MAX_DELAY": "4",
+    }
+    room = f"turns-{new_id('r')}"
+    async with (
+        running_worker(livekit_server, llm.base_url, env=env, log_level="debug") as worker,
+        joined(livekit_server, room, "alice") as r,
+    ):
+        recorder = AudioRecorder(r)
+        client = ProtocolClient(r, room)
+        await client.wait_for_agent()
+        await client.handshake()
+        mic = Microphone(r)
+        await mic.start()
+        ended = await mic.say(pcm, rate)
+        await client.wait_for(AssistantSentence, within=90.0, is_final=True)
+        # Silence well past the endpointing's longest wait: a second turn made of the
+        # question's second half would have started by then.
+        await _quiet(recorder, ended, quiet_s=4.0)
+        await recorder.aclose()
+        log = worker.log()
+    # The question's two halves may come as two Transcriptions (one per recognized
+    # utterance, as ever); they are one user turn: one answer, one chain of steps, after
+    # the last of them.
+    finals = [t for t in client.of(Transcription) if t.final]
+    answers = client.of(StartAnswer)
+    assert len(answers) == 1, ([t.text for t in finals], log)
+    assert answers[0].previous_id == finals[-1].id
+    assert sum(bool(s.is_final) for s in client.of(AssistantSentence)) == 1
+    steps = client.of(ReasoningStep)
+    assert [s.content for s in steps] == list(spec.steps)
+    assert {s.previous_id for s in steps} == {finals[-1].id}
+    assert [s.step_index for s in steps] == list(range(1, len(steps) + 1))
+    # Both halves were heard (a Transcription each: the pause is longer than the VAD's
+    # window), and the one answer came after the second. (pocketsphinx hears the first
+    # well, "how much sleep"; the second half alone it garbles: "cause i'm about to read".)
+    assert len(finals) == 2, [t.text for t in finals]
+    assert {"much", "sleep"} & set(finals[0].text.lower().split()), finals[0].text
