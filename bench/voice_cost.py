@@ -158,7 +158,7 @@ async def one_room(server: Any, llm: Any, variant: str, questions: int) -> tuple
         env=env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        start_new_session=True,
+        process_group=0,  # its own group (killed as one), in the suite's session
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:

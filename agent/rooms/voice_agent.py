@@ -1,7 +1,8 @@
 """The worker's voice rooms: a livekit-agents AgentSession with the reasoning bridge.
 
 A voice room (``ALICIA_VOICE=offline``, or ``ALICIA_STT``/``ALICIA_TTS`` naming plugins)
-is served by an ordinary ``AgentSession``: VAD, endpointing, interruptions, STT, the
+is served by an ordinary ``AgentSession``: VAD, LiveKit's end-of-turn model run offline
+(:func:`turn_detector`) with the endpointing delays, interruptions, STT, the
 :class:`~alicia.agent.session.llm.AliciaLLM` (reasoning kept out of the speech) and TTS, with
 the engine's tools as function tools. :func:`~alicia.agent.session.attach.attach_reasoning`
 speaks the Alicia protocol to the protocol clients in the room, exactly as a user's own

@@ -53,6 +53,7 @@ from tests.support import process_logs
 from tests.support.db import fetch
 
 __all__ = [
+    "LEASE",
     "FollowingClient",
     "WatcherProcess",
     "agents_in",
@@ -66,6 +67,17 @@ __all__ = [
 ]
 
 AGENT = rtc.ParticipantKind.PARTICIPANT_KIND_AGENT
+
+
+LEASE = {"ALICIA_HEARTBEAT_TIMEOUT": "8"}
+"""The workers' and the watcher's lease timeout here (1.5 s by default): these tests count
+the takeovers the fault makes, and a loaded 2-core machine (the suite's first minute:
+every worker starting its servers, speech models loading) starved the first worker's
+renewals and moved rooms before the kill: at 1.5 s, then at 4 s (fresh89: the renewals of
+ten rooms starting their turns lagged 4.3 s, the watcher removed the agents,
+PARTICIPANT_REMOVED, before the kill). Detection within the default is the stall tests'
+promise (``test_failover_faults.py``); the partition tests' too (a fresh clone's first
+worker lost its rooms to starved renewals before the link was cut)."""
 
 
 def worker_env(url: str, **extra: str) -> dict[str, str]:

@@ -44,6 +44,7 @@ from alicia.protocol import (
     new_id,
 )
 from tests.e2e.failover.helpers import (
+    LEASE,
     FollowingClient,
     following_client,
     logged_for,
@@ -55,15 +56,6 @@ from tests.e2e.worker import WorkerProcess, running_worker
 from tests.support.db import fetch, new_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-LEASE = {"ALICIA_HEARTBEAT_TIMEOUT": "8"}
-"""The workers' and the watcher's lease timeout here (1.5 s by default): these tests count
-the takeovers the fault makes, and a loaded 2-core machine (the suite's first minute:
-every worker starting its servers, speech models loading) starved the first worker's
-renewals and moved rooms before the kill: at 1.5 s, then at 4 s (fresh89: the renewals of
-ten rooms starting their turns lagged 4.3 s, the watcher removed the agents,
-PARTICIPANT_REMOVED, before the kill). Detection within the default is the stall tests'
-promise (``test_failover_faults.py``)."""
 
 LLM_STREAMS = "shared"  # llm (tests/conftest.py): the streams of tests/streams only
 LLM_OPTIONS = {"chunk_delay": 0.02}  # paced: a turn takes about 7 s

@@ -26,6 +26,7 @@ from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import ReasoningStep, new_id
 from tests.e2e.failover.helpers import (
+    LEASE,
     agents_in,
     following_client,
     rooms_mid_turn,
@@ -54,9 +55,10 @@ async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_m
     async with tcp_proxy(postgres_server.port) as proxy, contextlib.AsyncExitStack() as stack:
         behind = url.replace(f":{postgres_server.port}/", f":{proxy.port}/")
         assert behind != url
-        watcher = await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        watching = running_watcher(livekit, url, port=watch_port, env=LEASE)
+        watcher = await stack.enter_async_context(watching)
         first = await stack.enter_async_context(
-            running_worker(livekit, llm.base_url, env=worker_env(behind))
+            running_worker(livekit, llm.base_url, env=worker_env(behind, **LEASE))
         )
         rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM)
         olds = {c.agent for _, c, _ in rooms}
@@ -68,7 +70,7 @@ async def test_a_worker_cut_off_from_the_database_sends_nothing_once_its_rooms_m
                     break
                 await asyncio.sleep(0.2)
         second = await stack.enter_async_context(
-            running_worker(livekit, llm.base_url, env=worker_env(url))
+            running_worker(livekit, llm.base_url, env=worker_env(url, **LEASE))
         )
         joined_before_cut = first.log(tail=10**8).count('"room joined"')
         proxy.cut()
@@ -121,9 +123,9 @@ async def test_a_worker_that_cannot_reach_the_database_never_serves_a_room_besid
     room = new_id("conv")
     async with tcp_proxy(postgres_server.port) as proxy, contextlib.AsyncExitStack() as stack:
         behind = url.replace(f":{postgres_server.port}/", f":{proxy.port}/")
-        await stack.enter_async_context(running_watcher(livekit, url, port=watch_port))
+        await stack.enter_async_context(running_watcher(livekit, url, port=watch_port, env=LEASE))
         first = await stack.enter_async_context(
-            running_worker(livekit, llm.base_url, env=worker_env(behind))
+            running_worker(livekit, llm.base_url, env=worker_env(behind, **LEASE))
         )
         proxy.cut()  # before any room: the worker could claim no lease
         client = await stack.enter_async_context(following_client(livekit, room, "user0"))
@@ -138,7 +140,7 @@ async def test_a_worker_that_cannot_reach_the_database_never_serves_a_room_besid
         await asyncio.wait_for(first.proc.wait(), 30)
         assert '"room joined"' not in first.log(tail=10**8)
         second = await stack.enter_async_context(
-            running_worker(livekit, llm.base_url, env=worker_env(url))
+            running_worker(livekit, llm.base_url, env=worker_env(url, **LEASE))
         )
         try:
             await client.wait_for_agent(40)  # the watcher dispatches again
