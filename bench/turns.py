@@ -28,7 +28,6 @@ import asyncio
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -54,15 +53,6 @@ PAUSES = (0.0, 0.4, 0.6, 0.8, 1.0, 1.2)
 FIRST, THEN = "How long should I boil", "an egg?"
 
 
-async def _quiet(recorder: AudioRecorder, since: float, quiet_s: float) -> None:
-    async with asyncio.timeout(120):
-        while True:
-            loud = recorder.loud(after=since)
-            if loud and time.monotonic() - loud[-1] > quiet_s:
-                return
-            await asyncio.sleep(0.2)
-
-
 async def trial(
     server: LiveKitServer, llm: RecordedLLM, pcm: np.ndarray, rate: int
 ) -> tuple[int, int, float | None, float | None]:
@@ -81,7 +71,7 @@ async def trial(
         ended = await mic.say(pcm, rate) - (len(pcm) - speech_bounds(pcm, rate)[1]) / rate
         try:
             await client.wait_for(StartAnswer, within=90.0)  # an answer (cut ones count)
-            await _quiet(recorder, ended, 4.0)
+            await recorder.until_quiet(ended, quiet_s=4.0)
         finally:
             await recorder.aclose()
         loud = recorder.loud(after=ended)

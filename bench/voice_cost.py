@@ -176,12 +176,7 @@ async def one_room(server: Any, llm: Any, variant: str, questions: int) -> tuple
             await mic.start()
             for n in range(1, questions + 1):
                 ended = await mic.say(pcm, rate)
-                async with asyncio.timeout(90):
-                    while True:  # the answer was spoken and the agent is quiet again
-                        loud = recorder.loud(after=ended)
-                        if loud and time.monotonic() - loud[-1] > 3.0:
-                            break
-                        await asyncio.sleep(0.2)
+                await recorder.until_quiet(ended, quiet_s=3.0)  # the answer was spoken
                 if variant == "ours":
                     finals = sum(bool(s.is_final) for s in client.of(AssistantSentence))
                     assert finals >= n, finals

@@ -268,6 +268,15 @@ class AudioRecorder:
                 return at
         return None
 
+    async def until_quiet(self, since: float, *, quiet_s: float, within: float = 90.0) -> None:
+        """Wait until the agent, heard after ``since``, has been silent for ``quiet_s``."""
+        async with asyncio.timeout(within):
+            while True:
+                loud = self.loud(after=since)
+                if loud and time.monotonic() - loud[-1] >= quiet_s:
+                    return
+                await asyncio.sleep(0.2)
+
     def loud(self, *, after: float = 0.0, level: float = 300.0) -> list[float]:
         """Arrival times of the frames after ``after`` louder than ``level`` RMS."""
         return [

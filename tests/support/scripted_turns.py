@@ -4,12 +4,13 @@ LiveKit's end-of-turn model cannot tell a half question from a whole one on espe
 synthetic speech (P(turn ended) 0.11 to 0.73 for both, measured), so a test of the rule
 "a pause the model judges unfinished does not end the turn" scripts the verdict:
 ``ALICIA_TURN_DETECTION=tests.support.scripted_turns:detector`` (the worker loads it like
-any detector plugin). Its verdict, per user turn: the first pause is **unfinished**, every
-later one **finished**. A pause counts once the audio the detector was given ends in
-:data:`PAUSE_S` of silence (the verdict is given then): the short gaps between words, which
-start a prediction and are cut by the next word, do not use up the first verdict. The
-pause is measured in the audio itself, not on the clock, so a job process that lags behind
-its audio on a loaded machine gets the same verdicts.
+any detector plugin). Its verdict, per user turn: **unfinished** until the speech has gone
+on after a first pause of :data:`PAUSE_S` or more, **finished** after that. It is judged
+from the audio the detector was given, not from the predictions asked (livekit-agents
+asks again, and drops a verdict, when the VAD, lagging behind the audio on a loaded
+machine, still hears the last words): whichever predictions the first pause gets, they
+are all unfinished. A prediction is answered once the audio ends in :data:`PAUSE_S` of
+silence; the gaps between words are shorter.
 
 Everything else is livekit-agents' own: its detector stream (the audio channel, the
 requests, superseding and flushing them), the audio recognition that asks for verdicts and
@@ -46,10 +47,12 @@ class _ScriptedTransport:
 
     def __init__(self) -> None:
         self._stream: weakref.ref[_BaseStreamingTurnDetectorStream] | None = None
-        self._answered = 0
-        """Verdicts given in this user turn (reset when the turn is committed)."""
         self._silence_s = 0.0
         """Silence at the end of the audio given so far."""
+        self._spoken = False
+        """Speech was heard in this user turn (reset when the turn is committed)."""
+        self._past_pause = False
+        """The speech went on after a pause of :data:`PAUSE_S` in this user turn."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -77,19 +80,20 @@ class _ScriptedTransport:
             if self._silence_s >= PAUSE_S:
                 break
             await asyncio.sleep(0.01)
-        verdict = UNFINISHED if self._answered == 0 else FINISHED
-        self._answered += 1
+        verdict = FINISHED if self._past_pause else UNFINISHED
         stream._resolve_prediction(request_id, verdict, inference_duration=0.0)
 
     def push_frame(self, frame: rtc.AudioFrame) -> None:
         samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float64)
         if samples.size and np.sqrt((samples**2).mean()) > LOUD:
-            self._silence_s = 0.0
+            if self._spoken and self._silence_s >= PAUSE_S:
+                self._past_pause = True
+            self._spoken, self._silence_s = True, 0.0
         else:
             self._silence_s += frame.samples_per_channel / frame.sample_rate
 
     def flush(self) -> None:
-        self._answered = 0  # the turn was committed (or cleared): the next one starts
+        self._spoken = self._past_pause = False  # the turn was committed: the next starts
 
     async def run(self) -> None:
         stream = self._stream() if self._stream is not None else None
