@@ -37,8 +37,6 @@ import numpy as np
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.harness.speech import (
-    AudioRecorder,
-    Microphone,
     speak,
     speak_with_pause,
     speech_bounds,
@@ -46,8 +44,9 @@ from alicia.harness.speech import (
 from alicia.protocol import StartAnswer, new_id
 from bench._stats import percentile
 from bench.progress import SHAPE, pace
+from tests.e2e.voice.helpers import listening
 from tests.e2e.worker import running_worker
-from tests.support.livekit_rooms import ProtocolClient, joined
+from tests.support.livekit_rooms import joined
 
 PAUSES = (0.0, 0.4, 0.6, 0.8, 1.0, 1.2)
 FIRST, THEN = "How long should I boil", "an egg?"
@@ -61,12 +60,7 @@ async def trial(
     llm.received_at.clear()
     room = f"bench-turns-{new_id('r')}"
     async with joined(server, room, "alice") as r:
-        recorder = AudioRecorder(r)
-        client = ProtocolClient(r, room)
-        await client.wait_for_agent()
-        await client.handshake()
-        mic = Microphone(r)
-        await mic.start()
+        recorder, client, mic = await listening(r, room)
         # when the speech ended (the audio goes on with espeak-ng's quiet and a pad of noise)
         ended = await mic.say(pcm, rate) - (len(pcm) - speech_bounds(pcm, rate)[1]) / rate
         try:

@@ -1,5 +1,5 @@
-"""What the AgentSession apps of the voice tests share: the session settings an app
-attaches the bridge with, and a room joined as an agent participant.
+"""What the voice tests share: the session settings an app attaches the bridge with, a
+room joined as an agent participant, and a listener that speaks to the agent.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from alicia.agent.session.attach import session_settings
 from alicia.agent.settings import Settings
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
+from alicia.harness.speech import AudioRecorder, Microphone
 from alicia.protocol import new_id
-from tests.support.livekit_rooms import joined
+from tests.support.livekit_rooms import ProtocolClient, joined
 
 
 def settings_for(llm: RecordedLLM, **env: str) -> Settings:
@@ -38,3 +39,17 @@ async def agent_room(server: LiveKitServer, room: str) -> AsyncIterator[rtc.Room
     )
     async with joined(server, room, identity, token) as r:
         yield r
+
+
+async def listening(
+    room: rtc.Room, conversation: str
+) -> tuple[AudioRecorder, ProtocolClient, Microphone]:
+    """In ``room``: a recorder of the agent's audio, a protocol client that has greeted the
+    agent, and a published microphone to speak with."""
+    recorder = AudioRecorder(room)
+    client = ProtocolClient(room, conversation)
+    await client.wait_for_agent()
+    await client.handshake()
+    mic = Microphone(room)
+    await mic.start()
+    return recorder, client, mic

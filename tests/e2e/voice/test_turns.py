@@ -18,10 +18,11 @@ import pytest
 
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
-from alicia.harness.speech import AudioRecorder, Microphone, speak_with_pause
+from alicia.harness.speech import speak_with_pause
 from alicia.protocol import AssistantSentence, ReasoningStep, StartAnswer, Transcription, new_id
+from tests.e2e.voice.helpers import listening
 from tests.e2e.worker import running_worker
-from tests.support.livekit_rooms import ProtocolClient, joined
+from tests.support.livekit_rooms import joined
 
 pytestmark = pytest.mark.integration
 
@@ -58,15 +59,11 @@ async def test_a_pause_judged_unfinished_keeps_the_question_one_turn(
     }
     room = f"turns-{new_id('r')}"
     async with (
+        # debug: its log says each end-of-turn verdict and delay, what a failure needs
         running_worker(livekit_server, llm.base_url, env=env, log_level="debug") as worker,
         joined(livekit_server, room, "alice") as r,
     ):
-        recorder = AudioRecorder(r)
-        client = ProtocolClient(r, room)
-        await client.wait_for_agent()
-        await client.handshake()
-        mic = Microphone(r)
-        await mic.start()
+        recorder, client, mic = await listening(r, room)
         ended = await mic.say(pcm, rate)
         await client.wait_for(AssistantSentence, within=90.0, is_final=True)
         # Silence well past the endpointing's longest wait: a second turn made of the
