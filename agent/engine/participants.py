@@ -248,6 +248,8 @@ class Participant:
     active: bool = False
     """The client sent at least one valid envelope: it receives answers."""
     order: StanzaOrder = field(default_factory=lambda: StanzaOrder("client"))
+    last_packet: bytes = b""
+    """The last envelope accepted, as received (a verbatim repeat of it is a resend)."""
     peer: Peer = UNKNOWN_PEER
     """Who the front end says this is (kind, attributes, permissions)."""
     resumes: TokenBucket | None = None
@@ -282,6 +284,16 @@ class Participant:
             resumes=TokenBucket(s.resume_rate_per_s, s.resume_burst, clock=clock),
             default_visibility=s.reasoning_visibility,
         )
+
+    def accept(self, stanza_id: int, data: bytes) -> bool:
+        """Check ``stanza_id``'s order: True for a new envelope, False for a verbatim
+        repeat of the last one (a client resending what got no reply yet, §4.1), else
+        :class:`OrderingError`."""
+        if data == self.last_packet and self.order.seen(stanza_id):
+            return False
+        self.order.check(stanza_id)
+        self.last_packet = data
+        return True
 
     @property
     def operator(self) -> bool:

@@ -1,10 +1,9 @@
 """The Alicia protocol for one conversation (one room), whoever runs its turns.
 
 :class:`ProtocolSession` reads packets from a :class:`~alicia.agent.engine.transport.Transport`
-and answers them. For every packet, in this order: the sender's rate limit (token
-bucket), the size limit, decoding, the sender's stanza order, then dispatch. Bad input
-of any kind is answered with an ErrorMessage to that sender only (itself rate-limited)
-and never disturbs other participants.
+and answers them. For every packet, in order: the sender's rate limit (token bucket), the
+size limit, decoding, the sender's stanza order (its last envelope again is a resend:
+ignored), dispatch. Bad input gets an ErrorMessage to that sender only (rate-limited).
 
 Turns are run by a :class:`~alicia.agent.engine.source.TurnSource` (our own runner, or an
 AgentSession through its bridge); each reports its events through :meth:`open_turn`, a
@@ -374,7 +373,8 @@ class ProtocolSession:
             await self.error(p, exc)
             return
         try:
-            p.order.check(env.stanza_id)
+            if not p.accept(env.stanza_id, packet.data):
+                return  # the same envelope again: answered (or refused) the first time
         except OrderingError as exc:
             await self.error(p, exc, str(env.stanza_id))
             return
