@@ -412,8 +412,6 @@ class Settings:
             raise SettingsError(
                 "ALICIA_ENDPOINTING_MAX_DELAY must be at least ALICIA_ENDPOINTING_MIN_DELAY"
             )
-        if settings.failover and settings.voice:
-            raise SettingsError("ALICIA_FAILOVER serves text rooms only (voice rooms: not yet)")
         return settings
 
 

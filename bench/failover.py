@@ -24,6 +24,10 @@ re-dispatch must never wait on the stopped worker), then SIGCONT; the figures ar
 new agent's first; ``stale_rows``: logged envelopes (``alicia_sent_log``) whose bytes are
 not what the client got for that stanza (an old agent's write that landed).
 
+``--voice``: voice rooms (``ALICIA_VOICE=offline``: an AgentSession with the reasoning
+bridge, espeak-ng speaking), each cut while its agent speaks the answer (its StartAnswer
+received), as issue 48 asks: a new agent within 5 s.
+
 Caveats: the heartbeat timeout (``ALICIA_HEARTBEAT_TIMEOUT``, 1.5 s) bounds detection from
 below; a shared 2-core machine hosts everything at once.
 
@@ -52,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.ports import free_port, port_open
 from alicia.harness.recorded_llm import load_manifest
-from alicia.protocol import ReasoningStep, decode
+from alicia.protocol import ReasoningStep, StartAnswer, decode
 from bench._stats import percentile
 from tests.e2e.failover.helpers import (
     FollowingClient,
@@ -85,9 +89,10 @@ async def llm_process(chunk_delay: float) -> AsyncIterator[str]:
         await proc.wait()
 
 
-async def bench(rooms: int, stall_s: float | None = None) -> None:
-    """One takeover of ``rooms`` rooms (``stall_s``: SIGSTOP for that long, not kill -9);
-    print the figures and the RESULT line."""
+async def bench(rooms: int, stall_s: float | None = None, *, voice: bool = False) -> None:
+    """One takeover of ``rooms`` rooms (``stall_s``: SIGSTOP for that long, not kill -9;
+    ``voice``: voice rooms, cut while the answer is spoken); print the figures and the
+    RESULT line."""
     port = free_port()
     with (
         LiveKitServer(webhooks=[f"http://127.0.0.1:{port}/webhook"]) as livekit,
@@ -101,6 +106,7 @@ async def bench(rooms: int, stall_s: float | None = None) -> None:
             "ALICIA_AGENT_NAME": "alicia",
             "ALICIA_JOB_EXECUTOR": "thread",
             "ALICIA_LOAD_THRESHOLD": "inf",
+            **({"ALICIA_VOICE": "offline"} if voice else {}),
         }
         question = load_manifest()[STREAM].user
         async with contextlib.AsyncExitStack() as stack:
@@ -124,8 +130,10 @@ async def bench(rooms: int, stall_s: float | None = None) -> None:
                     f"no agent came\n--- watcher ---\n{watcher.log()}\n"
                     f"--- worker ---\n{first.notable()}\n{first.log()}"
                 ) from exc
-            for _, client in cut:
-                await client.wait_for(ReasoningStep, within=60)
+            for _, client in cut:  # a voice room's agent speaks its answer
+                await client.wait_for(StartAnswer if voice else ReasoningStep, within=90)
+            if voice:
+                await asyncio.sleep(1.0)  # its first sentence is being spoken
             await stack.enter_async_context(running_worker(livekit, llm, env=env))
             olds = {client.agent for _, client in cut}
             t0 = time.monotonic()
@@ -187,13 +195,15 @@ def main(argv: list[str] | None = None) -> None:
         "--stall", action="store_true", help="SIGSTOP the worker (then SIGCONT), not kill -9"
     )
     parser.add_argument("--stall-s", type=float, default=14.0, help="seconds it stays stopped")
+    parser.add_argument("--voice", action="store_true", help="voice rooms, cut mid-speech")
     args = parser.parse_args(argv)
     fault = f"SIGSTOP for {args.stall_s:g} s" if args.stall else "kill -9"
+    kind = "voice rooms" if args.voice else "rooms"
     print(
         f"Python {sys.version.split()[0]} on {platform.machine()}, {os.cpu_count()} CPUs; "
-        f"{args.rooms} rooms, {fault} of the worker holding them"
+        f"{args.rooms} {kind}, {fault} of the worker holding them"
     )
-    asyncio.run(bench(args.rooms, args.stall_s if args.stall else None))
+    asyncio.run(bench(args.rooms, args.stall_s if args.stall else None, voice=args.voice))
 
 
 if __name__ == "__main__":

@@ -239,18 +239,33 @@ class AudioRecorder:
     room: rtc.Room
     frames: list[tuple[float, np.ndarray]] = field(default_factory=list)
     """(``time.monotonic()`` at arrival, 10 ms of 48 kHz mono samples)."""
+    senders: list[str] = field(default_factory=list)
+    """The identity of the participant each of :attr:`frames` came from."""
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _reading: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    """The reader of each subscribed track, by track sid (ended when it is unsubscribed:
+    a stream left open on a track that is gone went on yielding another track's audio)."""
 
     def __post_init__(self) -> None:
         self.room.on("track_subscribed", self._on_track)
+        self.room.on("track_unsubscribed", self._on_track_gone)
 
     def _on_track(
         self, track: rtc.Track, pub: rtc.RemoteTrackPublication, p: rtc.RemoteParticipant
     ) -> None:
         if track.kind == rtc.TrackKind.KIND_AUDIO:
-            self._tasks.append(asyncio.create_task(self._read(track)))
+            task = asyncio.create_task(self._read(track, p.identity))
+            self._tasks.append(task)
+            self._reading[track.sid] = task
 
-    async def _read(self, track: rtc.Track) -> None:
+    def _on_track_gone(
+        self, track: rtc.Track, pub: rtc.RemoteTrackPublication, p: rtc.RemoteParticipant
+    ) -> None:
+        task = self._reading.pop(track.sid, None)
+        if task is not None:
+            task.cancel()
+
+    async def _read(self, track: rtc.Track, sender: str) -> None:
         stream = rtc.AudioStream(track, sample_rate=ROOM_RATE, num_channels=1)
         limit = int(_MAX_RECORDED_S * 100)
         try:
@@ -258,6 +273,7 @@ class AudioRecorder:
                 if len(self.frames) < limit:
                     samples = np.frombuffer(event.frame.data, dtype=np.int16).copy()
                     self.frames.append((time.monotonic(), samples))
+                    self.senders.append(sender)
         finally:
             await stream.aclose()
 
@@ -277,12 +293,17 @@ class AudioRecorder:
                     return
                 await asyncio.sleep(0.2)
 
-    def loud(self, *, after: float = 0.0, level: float = 300.0) -> list[float]:
-        """Arrival times of the frames after ``after`` louder than ``level`` RMS."""
+    def loud(
+        self, *, after: float = 0.0, level: float = 300.0, sender: str | None = None
+    ) -> list[float]:
+        """Arrival times of the frames after ``after`` louder than ``level`` RMS (from
+        ``sender`` only, if given)."""
         return [
             at
-            for at, samples in self.frames
-            if at >= after and np.sqrt((samples.astype(np.float64) ** 2).mean()) > level
+            for (at, samples), who in zip(self.frames, self.senders, strict=True)
+            if at >= after
+            and (sender is None or who == sender)
+            and np.sqrt((samples.astype(np.float64) ** 2).mean()) > level
         ]
 
     def longest_silence(self, start: float, end: float, *, level: float = 300.0) -> float:

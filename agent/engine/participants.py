@@ -29,17 +29,27 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from alicia.protocol import (
+    Acknowledgement,
+    AudioChunk,
+    Commentary,
+    Configuration,
+    ControlStop,
+    ControlVariation,
     DecodeError,
     ErrorCode,
+    ErrorMessage,
     Feature,
     ProtocolError,
     Severity,
     StanzaOrder,
+    UnknownBody,
+    UserMessage,
 )
 
 from .transport import UNKNOWN_PEER, Peer
 
 __all__ = [
+    "FROM_CLIENTS",
     "OPERATOR_GRANT",
     "REASONING_FEATURES",
     "REASONING_GRANT",
@@ -62,6 +72,13 @@ __all__ = [
     "is_operator",
     "visibility_of",
 ]
+
+FROM_CLIENTS: Final = (
+    Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
+    AudioChunk, ErrorMessage, UnknownBody,
+)  # fmt: skip
+"""Body types a client may send (PROTOCOL.md §3): the rest is refused, counted, never stored
+(ToolUseResult too: no tool is delegated to clients); a client's ErrorMessage is logged."""
 
 REASONING_GRANT: Final = "alicia.reasoning"
 """Participant attribute (in the join token) naming the reasoning a participant may see:

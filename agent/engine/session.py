@@ -38,7 +38,7 @@ import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import openai
@@ -67,7 +67,6 @@ from alicia.protocol import (
     error_body,
     new_id,
 )
-from alicia.protocol import AudioChunk as _AudioChunk
 from alicia.protocol import ids as id_prefix
 
 from .data_key import DataKeyLoader, SealedSteps
@@ -75,6 +74,7 @@ from .observer import AnswerObserver
 from .options import EngineOptions
 from .outbox import Outbox, ReplayBudget, ReplayGap
 from .participants import (
+    FROM_CLIENTS,
     DuplicateId,
     NotPermitted,
     Overloaded,
@@ -97,13 +97,6 @@ from .variation import on_variation
 __all__ = ["ProtocolSession", "ReplayGap"]
 
 logger = logging.getLogger("alicia.conversation")
-
-_FROM_CLIENTS: Final = (
-    Configuration, UserMessage, ControlStop, ControlVariation, Commentary, Acknowledgement,
-    _AudioChunk, ErrorMessage, UnknownBody,
-)  # fmt: skip
-"""Body types a client may send (PROTOCOL.md §3): the rest is refused, counted, never stored
-(ToolUseResult too: no tool is delegated to clients); a client's ErrorMessage is logged."""
 
 
 class ProtocolSession:
@@ -163,6 +156,8 @@ class ProtocolSession:
         self.telemetry: TurnTelemetry = NO_TELEMETRY
         """Each turn's figures and events, without content (:mod:`.telemetry`)."""
         self._source: TurnSource | None = None
+        self.restored = asyncio.Event()
+        """Set once :meth:`run` has taken the conversation over from storage (failover)."""
 
     @property
     def sink(self) -> StepSink:
@@ -188,6 +183,7 @@ class ProtocolSession:
             if self._key_loader is not None and not await self._key_loader.load():
                 self._key_loader.retry(self.tasks)
             await restore(self)
+            self.restored.set()
             async for item in self._transport:
                 if isinstance(item, Left | Regranted):
                     self._on_roster(item)
@@ -386,7 +382,7 @@ class ProtocolSession:
             return
         if env.conversation_id != self.id:
             env = msgspec.structs.replace(env, conversation_id=self.id)
-        if not isinstance(body, _FROM_CLIENTS):
+        if not isinstance(body, FROM_CLIENTS):
             # Only the agent sends these; one from a client is a forgery or a bug.
             self.refuse("server_only_type", p.identity, type=int(env.type))
             await self.error(

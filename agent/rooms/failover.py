@@ -46,6 +46,7 @@ from livekit.agents import AgentServer
 from livekit.agents.types import NOT_GIVEN, NotGivenOr
 from livekit.agents.utils import is_given
 
+from alicia.agent.settings import Settings
 from alicia.agent.storage.fence import NO_EPOCH
 from alicia.agent.storage.leases import Fence, Leases
 from alicia.agent.telemetry.instruments import LEASE_CLAIMS, TAKEOVERS, lease_span
@@ -57,6 +58,7 @@ __all__ = [
     "Hold",
     "LeaseKeeper",
     "keep_out",
+    "keeper_for",
     "lease_keeper",
     "leave",
     "wait_draining",
@@ -337,6 +339,16 @@ def _counted(epoch: int | None) -> None:
 
 _KEEPERS: dict[asyncio.AbstractEventLoop, LeaseKeeper] = {}
 _KEEPERS_LOCK: Final = threading.Lock()
+
+
+def keeper_for(settings: Settings) -> LeaseKeeper:
+    """The running loop's lease keeper, as ``settings`` say (failover)."""
+    assert settings.database_url is not None  # checked by the settings
+    return lease_keeper(
+        settings.database_url,
+        interval_s=settings.heartbeat_interval_s,
+        timeout_s=settings.heartbeat_timeout_s,
+    )
 
 
 def lease_keeper(url: str, *, interval_s: float, timeout_s: float) -> LeaseKeeper:

@@ -42,8 +42,11 @@ from alicia.agent.session.llm import AliciaLLM
 from alicia.agent.session.preconnect import gate_pre_connect_audio
 from alicia.agent.session.tools import session_tools
 from alicia.agent.settings import Settings
+from alicia.agent.storage.leases import lease_required
 
 from .conventions import CHAT_TOPIC
+from .failover import keeper_for
+from .voice_failover import FencedAudio, serve_held
 
 __all__ = [
     "VoiceParts",
@@ -122,7 +125,18 @@ def turn_handling(parts: VoiceParts, settings: Settings) -> TurnHandlingOptions:
 
 
 async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
-    """Serve the job's (connected) room with an AgentSession and the reasoning bridge."""
+    """Serve the job's (connected) room with an AgentSession and the reasoning bridge;
+    with failover only once it holds the room's lease, until it loses it
+    (:mod:`.voice_failover`)."""
+    hold = None
+    if settings.failover:
+        identity = ctx.room.local_participant.identity
+        required = lease_required(ctx.job.metadata)
+        hold = await keeper_for(settings).hold(ctx.room.name, identity, required=required)
+        if hold is None:
+            logger.warning("room not held: leaving", extra={"room": ctx.room.name})
+            ctx.shutdown("room not held")
+            return
     parts = voice_parts(settings)
     speech: dict[str, Any] = {
         name: part
@@ -145,7 +159,13 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     doors_of_room(ctx.room).adopt()  # livekit-agents' stream handlers through their doors
     gate_pre_connect_audio(ctx.room)  # before RoomIO registers livekit-agents' handler
     await session.start(agent=agent, room=ctx.room, session_host=False, room_options=options)
+    if hold is not None and session.output.audio is not None:
+        session.output.audio = FencedAudio(session.output.audio, hold)
     await start_gated_host(session, ctx.room)
-    bridge = await attach_reasoning(session, ctx.room, settings=settings, chat_topic=chat)
+    bridge = await attach_reasoning(
+        session, ctx.room, settings=settings, chat_topic=chat, lease=hold
+    )
     ctx.add_shutdown_callback(bridge.aclose)
     logger.info("voice room served by an AgentSession", extra={"room": ctx.room.name})
+    if hold is not None:
+        await serve_held(ctx, session, bridge, hold, settings)

@@ -46,9 +46,8 @@ from .conventions import CHAT_TOPIC, RoomConventions
 from .failover import (
     DrainingServer,
     Hold,
-    LeaseKeeper,
     keep_out,
-    lease_keeper,
+    keeper_for,
     leave,
     wait_draining,
     warm_storage,
@@ -277,7 +276,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
     telemetry = open_telemetry(settings)  # before the claim: its span goes to the provider
     hold: Hold | None = None
     if settings.failover:
-        hold = await _keeper(settings).hold(room.name, identity, required=lease_required)
+        hold = await keeper_for(settings).hold(room.name, identity, required=lease_required)
         if hold is None:
             logger.warning("room not held: leaving", extra={"room": room.name})
             return
@@ -360,7 +359,7 @@ async def _on_request(request: JobRequest, *, settings: Settings) -> None:
     (a late dispatch of a worker that was stopped, a redundant one): refused, so no agent
     joins the room only to leave it."""
     room = request.room.name
-    if await _keeper(settings).accept(room, required=lease_required(request.job.metadata)):
+    if await keeper_for(settings).accept(room, required=lease_required(request.job.metadata)):
         await request.accept()
         return
     logger.info(
@@ -368,16 +367,6 @@ async def _on_request(request: JobRequest, *, settings: Settings) -> None:
         extra={"room": room},
     )
     await request.reject(terminate=True)
-
-
-def _keeper(settings: Settings) -> LeaseKeeper:
-    """The running loop's lease keeper (failover)."""
-    assert settings.database_url is not None  # checked by the settings
-    return lease_keeper(
-        settings.database_url,
-        interval_s=settings.heartbeat_interval_s,
-        timeout_s=settings.heartbeat_timeout_s,
-    )
 
 
 async def _run_until_drained(

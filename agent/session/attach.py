@@ -21,6 +21,7 @@ from alicia.agent.settings import Settings
 from .bridge import ReasoningBridge
 from .host import gate_session_host
 from .preconnect import gate_pre_connect_audio
+from .takeover import Lease
 
 __all__ = ["attach_reasoning", "session_settings"]
 
@@ -32,6 +33,7 @@ async def attach_reasoning(
     settings: Settings | None = None,
     conversation_id: str | None = None,
     chat_topic: str | None = None,
+    lease: Lease | None = None,
 ) -> ReasoningBridge:
     """Speak the Alicia protocol in ``room`` for ``agent_session`` (started with that room).
 
@@ -44,6 +46,11 @@ async def attach_reasoning(
     streams per sender, a deadline, a rate) and under the UserMessage rules. Pre-connect
     audio (``lk.agent.pre-connect-audio-buffer``) is taken only from the participant who
     published the track it names (:mod:`alicia.agent.session.preconnect`).
+
+    ``lease`` (failover, ``ALICIA_FAILOVER``): the room's lease this agent holds. Every
+    envelope is stored, under its fence, before it leaves, and none leaves once the lease
+    is lost; the conversation is restored from storage first (its exchanges go into the
+    agent's chat context, :mod:`alicia.agent.session.takeover`).
     """
     from alicia.agent.wiring import open_keys, open_sink  # storage only when configured
 
@@ -56,7 +63,12 @@ async def attach_reasoning(
     await gate_session_host(agent_session, room)
     if settings is None:
         settings = session_settings(os.environ, model=getattr(agent_session.llm, "model", ""))
-    sink = await open_sink(settings.database_url, close_timeout_s=settings.storage_close_timeout_s)
+    sink = await open_sink(
+        settings.database_url,
+        close_timeout_s=settings.storage_close_timeout_s,
+        linger_s=None if lease is None else 0.0,
+        fence=None if lease is None else lease.fence,
+    )
     bridge = ReasoningBridge(
         agent_session,
         room,
@@ -66,6 +78,7 @@ async def attach_reasoning(
         conversation_id=conversation_id,
     )
     bridge.chat_topic = chat_topic
+    bridge.tenure = lease
     await bridge.start()
     return bridge
 

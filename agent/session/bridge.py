@@ -65,12 +65,15 @@ from alicia.agent.gate.transport import RoomTransport, announce
 from alicia.agent.session.progress import ProgressSpeaker, Remark
 from alicia.agent.session.speeches import running_speech, speech_failed, spoken_text
 from alicia.agent.session.spoken import KnownListeners, announce_remark, listening_level
+from alicia.agent.session.takeover import continue_history
+from alicia.agent.session.tools import tool_result
 from alicia.agent.settings import Settings
 from alicia.agent.wiring import open_telemetry
 from alicia.protocol import ids as id_prefix
 from alicia.protocol import new_id
 
 if TYPE_CHECKING:
+    from alicia.agent.engine.outbox import Tenure
     from alicia.agent.engine.sealing import DataKeys
 
 __all__ = ["ReasoningBridge"]
@@ -106,6 +109,7 @@ class ReasoningBridge:
     """Reports an AgentSession's turns to the protocol clients of its room."""
 
     chat_topic: str | None = None  # typed input read on this topic, as UserMessages
+    tenure: Tenure | None = None  # failover: the room's lease, checked before every send
 
     def __init__(
         self,
@@ -157,6 +161,7 @@ class ReasoningBridge:
             keys=self._keys,
         )
         self.session.telemetry = open_telemetry(self._settings)
+        self.session.outbox.tenure = self.tenure
         self.session.attach(self)
         s = self._agent_session
         s.on("user_input_transcribed", self._on_transcribed)
@@ -186,6 +191,7 @@ class ReasoningBridge:
         self._tasks = [
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
             asyncio.create_task(self._pump(), name="alicia-bridge-pump"),
+            asyncio.create_task(continue_history(s, self.session), name="alicia-bridge-history"),
         ]
         await announce(self._room)
 
@@ -538,7 +544,7 @@ class ReasoningBridge:
                 if request_id is None or turn.assembler is None:
                     continue
                 if is_error:
-                    error = _result(output)
+                    error = tool_result(output)
                     code, message = error.get("error"), error.get("message")
                     outcome = Outcome(
                         False,
@@ -546,7 +552,7 @@ class ReasoningBridge:
                         error_message=message if isinstance(message, str) else output,
                     )
                 else:
-                    outcome = Outcome(True, result=_result(output))
+                    outcome = Outcome(True, result=tool_result(output))
                 await self._emit(turn, turn.assembler.tool_finished(request_id, outcome))
 
     async def _close(self, handle: SpeechHandle) -> None:
@@ -589,12 +595,3 @@ def _new_round(a: TurnAssembler) -> list[TurnEvent]:
 
 def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
-
-
-def _result(output: str) -> dict[str, Any]:
-    """A tool's output as the ToolUseResult ``result`` object."""
-    try:
-        value = parse_arguments(output)
-    except ToolError:
-        return {"output": output}
-    return value

@@ -12,9 +12,9 @@ from typing import Any
 
 from livekit.agents import llm
 
-from alicia.agent.engine.tools import ToolBox
+from alicia.agent.engine.tools import ToolBox, ToolError, parse_arguments
 
-__all__ = ["session_tools"]
+__all__ = ["session_tools", "tool_result"]
 
 
 def session_tools(toolbox: ToolBox) -> list[llm.Tool | llm.Toolset]:
@@ -36,3 +36,11 @@ def _caller(toolbox: ToolBox, name: str) -> Callable[[dict[str, object]], Corout
         return outcome.for_llm()
 
     return call
+
+
+def tool_result(output: str) -> dict[str, Any]:
+    """A session tool's output as a ToolUseResult ``result`` object."""
+    try:
+        return parse_arguments(output)
+    except ToolError:
+        return {"output": output}

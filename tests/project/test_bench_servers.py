@@ -38,7 +38,7 @@ TINY: Final = [
     ),
     (
         "bench/failover.py",
-        ["--rooms", "2"],
+        ["--rooms", "1", "--voice"],
         ("rooms", "takeover_p50_s", "takeover_max_s", "gaps", "duplicates"),
     ),
     (

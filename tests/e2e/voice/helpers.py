@@ -1,11 +1,12 @@
 """What the voice tests share: the session settings an app attaches the bridge with, a
-room joined as an agent participant, and a listener that speaks to the agent.
+room joined as an agent participant, a listener that speaks to the agent, and a module's
+voice worker started once (:class:`OneWorker`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 
 from livekit import rtc
 
@@ -15,6 +16,7 @@ from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.harness.speech import AudioRecorder, Microphone
 from alicia.protocol import new_id
+from tests.e2e.worker import WorkerProcess, running_worker
 from tests.support.livekit_rooms import ProtocolClient, joined
 
 
@@ -53,3 +55,34 @@ async def listening(
     mic = Microphone(room)
     await mic.start()
     return recorder, client, mic
+
+
+class OneWorker:
+    """A module's voice worker, one at a time (rooms are dispatched automatically: two
+    workers would share them), started again only when a test needs other settings (a
+    voice worker's start is seconds of CPU: it loads the speech models). ``env_of`` gives
+    the worker's settings for a test's key."""
+
+    def __init__(
+        self, server: LiveKitServer, llm: RecordedLLM, env_of: Callable[[str], Mapping[str, str]]
+    ) -> None:
+        self.server, self.llm, self.env_of = server, llm, env_of
+        self.key: str | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._worker: WorkerProcess | None = None
+
+    async def get(self, key: str) -> WorkerProcess:
+        """The running worker with the settings of ``key``."""
+        if self.key != key or self._worker is None:
+            await self.stop()
+            self._stack = contextlib.AsyncExitStack()
+            running = running_worker(self.server, self.llm.base_url, env=self.env_of(key))
+            self._worker = await self._stack.enter_async_context(running)
+            self.key = key
+        return self._worker
+
+    async def stop(self) -> None:
+        """Stop the running worker, if any."""
+        stack, self._stack, self._worker, self.key = self._stack, None, None, None
+        if stack is not None:
+            await stack.aclose()

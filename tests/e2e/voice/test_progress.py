@@ -52,6 +52,7 @@ from alicia.protocol import (
     new_id,
 )
 from bench.progress import CANARIES, SHAPE, pace, sound_runs
+from tests.e2e.voice.helpers import OneWorker
 from tests.e2e.worker import WorkerProcess, running_worker
 from tests.support.livekit_rooms import ProtocolClient, joined
 from tests.worker_streams import HERE as TOOL_STREAMS
@@ -76,11 +77,13 @@ that missed four of eight key words; remarks alone share none)."""
 
 
 @pytest.fixture
-def llm(llm: RecordedLLM) -> RecordedLLM:
-    """The folder's ``llm`` (tests/e2e/voice/conftest.py), the worker's model routed to the
-    progress stream, paced so that the model reasons for 8 s before its first answer."""
-    llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
-    return llm
+def llm(module_llm: RecordedLLM) -> RecordedLLM:
+    """The module's recorded LLM (its workers' too), what earlier tests left forgotten,
+    the worker's model routed to the progress stream, paced so that the model reasons for
+    8 s before its first answer."""
+    module_llm.reset()
+    module_llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
+    return module_llm
 
 
 def voice_env(policy: str) -> dict[str, str]:
@@ -92,28 +95,32 @@ def voice_env(policy: str) -> dict[str, str]:
     }
 
 
-async def voice_worker(
-    livekit_server: LiveKitServer, llm: RecordedLLM, policy: str
-) -> AsyncIterator[WorkerProcess]:
-    env = voice_env(policy)
-    async with running_worker(livekit_server, llm.base_url, env=env) as w:
-        yield w
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def module_llm() -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM() as server:
+        yield server
 
 
-@pytest_asyncio.fixture
-async def summary_worker(
-    livekit_server: LiveKitServer, llm: RecordedLLM
-) -> AsyncIterator[WorkerProcess]:
-    async for w in voice_worker(livekit_server, llm, "summary"):
-        yield w
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def workers(
+    livekit_server: LiveKitServer, module_llm: RecordedLLM
+) -> AsyncIterator[OneWorker]:
+    """The module's voice worker, by spoken progress policy (one at a time)."""
+    one = OneWorker(livekit_server, module_llm, voice_env)
+    try:
+        yield one
+    finally:
+        await one.stop()
 
 
-@pytest_asyncio.fixture
-async def cue_worker(
-    livekit_server: LiveKitServer, llm: RecordedLLM
-) -> AsyncIterator[WorkerProcess]:
-    async for w in voice_worker(livekit_server, llm, "cue"):
-        yield w
+@pytest_asyncio.fixture(loop_scope="session")
+async def summary_worker(workers: OneWorker) -> WorkerProcess:
+    return await workers.get("summary")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def cue_worker(workers: OneWorker) -> WorkerProcess:
+    return await workers.get("cue")
 
 
 def granted(server: LiveKitServer, room: str, identity: str, level: str) -> str:
@@ -366,6 +373,59 @@ def words(text: str) -> str:
     return " ".join("".join(c for c in w if c.isalnum()) for w in text.lower().split())
 
 
+# Not first in the module: the speech lanes' first test runs in the suite's first minute,
+# while every xdist worker starts its livekit-server, Postgres and workers, and its
+# question was transcribed up to 10 s late there (fresh71); the module starts with a test
+# that states no time. Beside the other summary tests: one worker serves them all.
+async def test_remarks_fill_the_silence_with_summaries_and_never_the_reasoning(
+    livekit_server: LiveKitServer, llm: RecordedLLM, summary_worker: WorkerProcess
+) -> None:
+    spec = llm.spec(SHAPE)
+    room = f"progress-{new_id('r')}"
+    async with joined(
+        livekit_server, room, "alice", granted(livekit_server, room, "alice", "summary")
+    ) as r:
+        listener = Listener(r, room)
+        await listener.ask(spec.user)
+        transcript = await listener.client.wait_for(Transcription, within=60.0)
+        answer_end = await listener.hear_answer()
+        await listener.recorder.aclose()
+    log = summary_worker.log()
+    runs = sound_runs(listener.recorder.loud(after=listener.ended))
+    remarks = listener.remarks()
+    texts = [c.content for c in remarks]
+    # Heard: a first remark soon after the model is asked, no long silence while it
+    # thinks, then the answer.
+    asked = next(at for at in llm.received_at if at > listener.ended)
+    assert runs[0][0] - asked < FIRST_REMARK_BOUND_S, (asked, runs, texts, log)
+    # Before the answer: without remarks the first sound would be the answer, after the
+    # 8 s of reasoning. (Not a bound from the question's end: recognition and end of turn
+    # come first, and took 3.95, 6.45 and 8.4 s on the loaded 2-core CI machine; the
+    # figure on an idle machine is bench/progress.py's.)
+    assert listener.answer_seen_at is not None
+    assert runs[0][0] < listener.answer_seen_at - 1.0, (runs, listener.answer_seen_at, texts)
+    silence = listener.recorder.longest_silence(asked, answer_end)
+    assert silence < LONGEST_SILENCE_S, (asked, runs, texts)
+    assert len(remarks) >= 2, texts
+    assert {c.target_id for c in remarks} == {transcript.id}
+    assert all(c.author_role == "assistant" for c in remarks)
+    assert texts[0] == CUES[0]  # the first remark acknowledges
+    topics = [speakable(step.split(". ")[0] + ".") for step in spec.steps]
+    assert [t for t in texts if t in topics], (texts, topics)
+    assert set(texts) <= {*topics, *CUES}, texts
+    assert len(texts) == len(set(texts))
+    heard_summary, remarks_heard = summary_heard(
+        listener.before_answer(), [t for t in texts if t in topics]
+    )
+    assert heard_summary, (remarks_heard, texts)
+    heard = transcribe(listener.recorder.pcm_between(listener.ended, answer_end), ROOM_RATE)
+    assert pairs_heard(heard, spec.answer) >= ANSWER_HEARD, heard
+    assert_no_canary(listener, texts)
+    for canary in CANARIES:  # the check can fail: spoken, the canaries are heard
+        sentence = next(x for x in spec.reasoning.replace("\n", " ").split(". ") if canary in x)
+        assert spotted(*speak(sentence), canary), sentence
+
+
 async def test_a_model_that_answers_within_the_delay_gets_no_remark(
     livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
 ) -> None:
@@ -499,10 +559,11 @@ async def test_the_llm_never_reads_a_remark(
 
 
 async def test_after_a_tool_round_the_remark_names_the_tool(
-    livekit_server: LiveKitServer, tmp_path: Path
+    livekit_server: LiveKitServer, tmp_path: Path, workers: OneWorker
 ) -> None:
     """The model calls the calculator at once, then reasons 4 s over its result: the
     remark in front of the rescheduled answer is the tool's cue, heard before the answer."""
+    await workers.stop()  # this test's worker, on its own recorded LLM, takes the room
     async with RecordedLLM(streams_dir=combined_streams(tmp_path)) as llm:
         followup = Play(
             "calculator_tool_followup",
@@ -533,56 +594,3 @@ async def test_after_a_tool_round_the_remark_names_the_tool(
     assert order.index("Commentary") < order.index("StartAnswer"), order
     assert listener.answer_seen_at is not None
     assert listener.recorder.loud(after=listener.ended)[0] < listener.answer_seen_at
-
-
-# Last in the module, not first: the speech lanes' first test runs in the suite's first
-# minute, while every xdist worker starts its livekit-server, Postgres and workers, and its
-# question was transcribed up to 10 s late there (fresh71); the module now starts with a
-# test that states no time.
-async def test_remarks_fill_the_silence_with_summaries_and_never_the_reasoning(
-    livekit_server: LiveKitServer, llm: RecordedLLM, summary_worker: WorkerProcess
-) -> None:
-    spec = llm.spec(SHAPE)
-    room = f"progress-{new_id('r')}"
-    async with joined(
-        livekit_server, room, "alice", granted(livekit_server, room, "alice", "summary")
-    ) as r:
-        listener = Listener(r, room)
-        await listener.ask(spec.user)
-        transcript = await listener.client.wait_for(Transcription, within=60.0)
-        answer_end = await listener.hear_answer()
-        await listener.recorder.aclose()
-    log = summary_worker.log()
-    runs = sound_runs(listener.recorder.loud(after=listener.ended))
-    remarks = listener.remarks()
-    texts = [c.content for c in remarks]
-    # Heard: a first remark soon after the model is asked, no long silence while it
-    # thinks, then the answer.
-    asked = next(at for at in llm.received_at if at > listener.ended)
-    assert runs[0][0] - asked < FIRST_REMARK_BOUND_S, (asked, runs, texts, log)
-    # Before the answer: without remarks the first sound would be the answer, after the
-    # 8 s of reasoning. (Not a bound from the question's end: recognition and end of turn
-    # come first, and took 3.95, 6.45 and 8.4 s on the loaded 2-core CI machine; the
-    # figure on an idle machine is bench/progress.py's.)
-    assert listener.answer_seen_at is not None
-    assert runs[0][0] < listener.answer_seen_at - 1.0, (runs, listener.answer_seen_at, texts)
-    silence = listener.recorder.longest_silence(asked, answer_end)
-    assert silence < LONGEST_SILENCE_S, (asked, runs, texts)
-    assert len(remarks) >= 2, texts
-    assert {c.target_id for c in remarks} == {transcript.id}
-    assert all(c.author_role == "assistant" for c in remarks)
-    assert texts[0] == CUES[0]  # the first remark acknowledges
-    topics = [speakable(step.split(". ")[0] + ".") for step in spec.steps]
-    assert [t for t in texts if t in topics], (texts, topics)
-    assert set(texts) <= {*topics, *CUES}, texts
-    assert len(texts) == len(set(texts))
-    heard_summary, remarks_heard = summary_heard(
-        listener.before_answer(), [t for t in texts if t in topics]
-    )
-    assert heard_summary, (remarks_heard, texts)
-    heard = transcribe(listener.recorder.pcm_between(listener.ended, answer_end), ROOM_RATE)
-    assert pairs_heard(heard, spec.answer) >= ANSWER_HEARD, heard
-    assert_no_canary(listener, texts)
-    for canary in CANARIES:  # the check can fail: spoken, the canaries are heard
-        sentence = next(x for x in spec.reasoning.replace("\n", " ").split(". ") if canary in x)
-        assert spotted(*speak(sentence), canary), sentence

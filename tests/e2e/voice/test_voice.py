@@ -60,12 +60,28 @@ QUESTION_WORDS = {"much", "sleep", "adult", "need"}
 enough (pocketsphinx heard "the novelty need" once on a loaded machine)."""
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def module_llm() -> AsyncIterator[RecordedLLM]:
+    async with RecordedLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def llm(module_llm: RecordedLLM) -> RecordedLLM:
+    """The module's recorded LLM (its worker's), what earlier tests left forgotten: each
+    test routes the worker's model itself."""
+    module_llm.reset()
+    return module_llm
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def voice_worker(
-    livekit_server: LiveKitServer, llm: RecordedLLM
+    livekit_server: LiveKitServer, module_llm: RecordedLLM
 ) -> AsyncIterator[WorkerProcess]:
+    """One voice worker for the module's tests (each in a room of its own; a voice
+    worker's start is seconds of CPU: it loads the speech models)."""
     env = {"ALICIA_VOICE": "offline", "ALICIA_REASONING_VISIBILITY": "none"}
-    async with running_worker(livekit_server, llm.base_url, env=env) as w:
+    async with running_worker(livekit_server, module_llm.base_url, env=env) as w:
         yield w
 
 
