@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from alicia.agent.rooms.failover import ACCEPT_REQUIRED_FACTOR
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import ReasoningStep, new_id
@@ -129,7 +130,11 @@ async def test_a_worker_that_cannot_reach_the_database_never_serves_a_room_besid
         )
         proxy.cut()  # before any room: the worker could claim no lease
         client = await stack.enter_async_context(following_client(livekit, room, "user0"))
-        async with asyncio.timeout(30):  # the watcher's dispatch reaches the only worker
+        # The watcher's dispatch reaches the only worker, which waits for the database as
+        # long as a dispatch that asks for the lease may wait (a black hole: no reset), then
+        # refuses it (a fresh clone's run: 32 s at this lease, past a 30 s wait).
+        refused_within = ACCEPT_REQUIRED_FACTOR * float(LEASE["ALICIA_HEARTBEAT_TIMEOUT"]) + 15
+        async with asyncio.timeout(refused_within):
             while "job refused" not in first.log(tail=10**8):
                 await asyncio.sleep(0.2)
         assert await agents_in(livekit, room) == set()
