@@ -100,9 +100,14 @@ async def serve_held(
     the room is left; then close the bridge (its last writes under the fence), release
     the lease, and leave."""
     room = ctx.room
-    done = asyncio.Event()
+    done, gone = asyncio.Event(), asyncio.Event()
+
+    def disconnected(*_: object) -> None:
+        gone.set()
+        done.set()
+
     session.on("close", lambda _: done.set())
-    room.on("disconnected", lambda *_: done.set())
+    room.on("disconnected", disconnected)
     lost = asyncio.ensure_future(hold.lost.wait())
     drain = asyncio.ensure_future(wait_draining())
     ended = asyncio.ensure_future(done.wait())
@@ -122,14 +127,15 @@ async def serve_held(
             settled = await _speech_ended(session, settings.drain_turn_timeout_s)
             logger.info("leaving a drained room", extra={"room": room.name, "settled": settled})
     finally:
+        left = gone.is_set()  # the job ends by itself
         for task in (lost, drain, ended):
             task.cancel()
         try:
             await bridge.aclose()  # storage closed before the lease goes
             await session.aclose()
             await hold.keeper.release(hold)
-            if not ended.done():
-                ctx.shutdown("room left")
+            if not left:  # the room left early (session closed, lease lost, drained)
+                ctx.shutdown("room left")  # is left for good
         finally:
             if kept_out is not None:
                 await kept_out
