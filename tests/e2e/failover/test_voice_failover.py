@@ -60,8 +60,19 @@ assignment timeout)."""
 NONE = {"alicia.reasoning": "none"}
 
 
-def _worker_env(url: str) -> dict[str, str]:
-    return worker_env(url, **VOICE, **LEASE)
+async def _watched(
+    stack: contextlib.AsyncExitStack,
+    livekit: LiveKitServer,
+    llm: RecordedLLM,
+    url: str,
+    port: int,
+    env: dict[str, str],
+    lease: dict[str, str],
+) -> tuple[WatcherProcess, WorkerProcess]:
+    """The watcher on ``port`` and the first voice worker, both on the ``lease`` timeout."""
+    watcher = await stack.enter_async_context(running_watcher(livekit, url, port=port, env=lease))
+    first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
+    return watcher, first
 
 
 async def _answer(client: FollowingClient, user_id: str, within: float = 90.0) -> None:
@@ -107,14 +118,11 @@ async def test_kill_9_of_a_voice_worker_mid_answer_moves_the_room_with_its_conve
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "voicefail")
-    env = _worker_env(url)
+    env = worker_env(url, **VOICE, **LEASE)
     spec = llm.spec(STREAM)
     room = new_conversation_id("conv")
     async with contextlib.AsyncExitStack() as stack:
-        watcher = await stack.enter_async_context(
-            running_watcher(livekit, url, port=watch_port, env=LEASE)
-        )
-        first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
+        watcher, first = await _watched(stack, livekit, llm, url, watch_port, env, LEASE)
         alice = await stack.enter_async_context(following_client(livekit, room, "alice"))
         bob = await stack.enter_async_context(following_client(livekit, room, "bob", NONE))
         recorder = AudioRecorder(alice.room)
@@ -219,10 +227,7 @@ async def test_a_stalled_voice_worker_is_fenced_and_sends_nothing_once_replaced(
     spec = llm.spec(STREAM)
     room = new_conversation_id("conv")
     async with contextlib.AsyncExitStack() as stack:
-        watcher = await stack.enter_async_context(
-            running_watcher(livekit, url, port=watch_port, env=stall)
-        )
-        first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
+        watcher, first = await _watched(stack, livekit, llm, url, watch_port, env, stall)
         alice = await stack.enter_async_context(following_client(livekit, room, "alice"))
         recorder = AudioRecorder(alice.room)
         await alice.wait_for_agent(60)
