@@ -37,6 +37,7 @@ from livekit.agents.voice import room_io
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.gate.room import doors_of_room
 from alicia.agent.session.attach import attach_reasoning
+from alicia.agent.session.bridge import ReasoningBridge
 from alicia.agent.session.host import start_gated_host
 from alicia.agent.session.llm import AliciaLLM
 from alicia.agent.session.preconnect import gate_pre_connect_audio
@@ -45,7 +46,7 @@ from alicia.agent.settings import Settings
 from alicia.agent.storage.leases import lease_required
 
 from .conventions import CHAT_TOPIC
-from .failover import keeper_for
+from .failover import Hold, keeper_for
 from .voice_failover import FencedAudio, serve_held
 
 __all__ = [
@@ -137,6 +138,20 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
             logger.warning("room not held: leaving", extra={"room": ctx.room.name})
             ctx.shutdown("room not held")
             return
+    try:
+        session, bridge = await _start_session(ctx, settings, hold)
+    except BaseException:
+        if hold is not None:  # the room moves at once, not after a lease timeout
+            await hold.keeper.release(hold)
+        raise
+    if hold is not None:
+        await serve_held(ctx, session, bridge, hold, settings)
+
+
+async def _start_session(
+    ctx: JobContext, settings: Settings, hold: Hold | None
+) -> tuple[AgentSession[Any], ReasoningBridge]:
+    """The room's AgentSession, started, with its gated host and its reasoning bridge."""
     parts = voice_parts(settings)
     speech: dict[str, Any] = {
         name: part
@@ -167,5 +182,4 @@ async def serve_voice_room(ctx: JobContext, settings: Settings) -> None:
     )
     ctx.add_shutdown_callback(bridge.aclose)
     logger.info("voice room served by an AgentSession", extra={"room": ctx.room.name})
-    if hold is not None:
-        await serve_held(ctx, session, bridge, hold, settings)
+    return session, bridge

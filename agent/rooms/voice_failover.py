@@ -5,7 +5,8 @@ The agent serves the room only once it holds the room's lease
 lease's fence before it leaves and, on a takeover, starts from the stored conversation
 (:func:`~alicia.agent.session.attach.attach_reasoning` with ``lease``). What the agent
 says goes through :class:`FencedAudio`: after a stall (SIGSTOP, a starved loop) no frame
-plays until a renewal confirms the lease, and none once another agent holds the room.
+is taken until a renewal confirms the lease, and none once another agent holds the room;
+what the output already holds is paused meanwhile and cleared once the lease is lost.
 :func:`serve_held` leaves the room at once when the lease is lost (and keeps it out, as a
 text room does), and on a drain once the speech under way has ended (bounded by
 ``ALICIA_DRAIN_TURN_TIMEOUT``), releasing the lease so the watcher moves the room.
@@ -111,6 +112,7 @@ async def serve_held(
     lost = asyncio.ensure_future(hold.lost.wait())
     drain = asyncio.ensure_future(wait_draining())
     ended = asyncio.ensure_future(done.wait())
+    guard = asyncio.ensure_future(_pause_while_doubtful(session, hold))
     kept_out: asyncio.Task[int] | None = None
     try:
         await asyncio.wait({lost, drain, ended}, return_when=asyncio.FIRST_COMPLETED)
@@ -128,7 +130,7 @@ async def serve_held(
             logger.info("leaving a drained room", extra={"room": room.name, "settled": settled})
     finally:
         left = gone.is_set()  # the job ends by itself
-        for task in (lost, drain, ended):
+        for task in (lost, drain, ended, guard):
             task.cancel()
         try:
             await bridge.aclose()  # storage closed before the lease goes
@@ -139,6 +141,20 @@ async def serve_held(
         finally:
             if kept_out is not None:
                 await kept_out
+
+
+async def _pause_while_doubtful(session: AgentSession[Any], hold: Hold) -> None:
+    """What the session's output already holds (a whole sentence is synthesized faster than
+    it plays) waits too: paused while the lease is in doubt (after a stall, renewals
+    failing), resumed once a renewal confirms it."""
+    paused = False
+    while not hold.lost.is_set():
+        doubtful = hold.keeper.stalled() or hold.suspect or hold.unconfirmed()
+        audio = session.output.audio
+        if audio is not None and doubtful != paused:
+            audio.pause() if doubtful else audio.resume()
+            paused = doubtful
+        await asyncio.sleep(_UNCONFIRMED_POLL_S / 2)
 
 
 async def _speech_ended(session: AgentSession[Any], within: float) -> bool:

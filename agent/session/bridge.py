@@ -1,29 +1,26 @@
 """The Alicia protocol inside anyone's AgentSession: reasoning to the room, never to TTS.
 
-:func:`attach_reasoning` attaches a :class:`ReasoningBridge` to a running
-``livekit.agents.AgentSession`` and its room. The bridge is a
-:class:`~alicia.agent.engine.source.TurnSource` for the engine's
-:class:`~alicia.agent.engine.session.ProtocolSession`: the AgentSession runs the turns (VAD,
-endpointing, interruptions, STT, LLM, tools, TTS) and the bridge reports each of them to
-the protocol clients in the room, through the same projection and under the same rules
-(grants, visibility levels, encrypted values, ZDR, storage) as the worker's own turns:
+:func:`attach_reasoning` attaches a :class:`ReasoningBridge` to a running AgentSession and
+its room: a :class:`~alicia.agent.engine.source.TurnSource` for the engine's
+:class:`~alicia.agent.engine.session.ProtocolSession`. The AgentSession runs the turns (VAD,
+endpointing, interruptions, STT, LLM, tools, TTS); the bridge reports each to the protocol
+clients in the room, through the same projection and under the same rules (grants,
+visibility levels, encrypted values, ZDR, storage, failover) as the worker's own turns:
 
 * each final user transcript -> a Transcription (its id is the turn's user message);
-* each speech of the agent, once scheduled -> one turn: ReasoningSteps from the LLM's reasoning (the
-  :class:`~alicia.agent.session.llm.AliciaLLM` reports it to the bridge; it never reaches
-  the chat chunks' content, so never TTS or the transcript), ToolUseRequest/Result
-  from the session's own tool calls, StartAnswer and AssistantSentences from what the
-  agent says, and the end (``stopped`` when the speech was interrupted: the answer is
-  what was spoken, closed as partial);
+* each speech of the agent, once scheduled -> one turn: ReasoningSteps from the LLM's
+  reasoning (:class:`~alicia.agent.session.llm.AliciaLLM` reports it to the bridge; never
+  in the chat chunks' content, so never TTS or the transcript), ToolUseRequest/Result from
+  the session's tool calls, StartAnswer and AssistantSentences from what the agent says,
+  and the end (``stopped`` if interrupted: the answer is what was spoken, as partial);
 * a UserMessage from a protocol client, or (with :attr:`ReasoningBridge.chat_topic`, the
   session's RoomIO text input off) a whole ``lk.chat`` message read within the transport's
   bounds -> ``generate_reply(user_input=...)``; an authorised ControlStop -> interrupted.
 
 Preemptive generation: a speech not yet scheduled is held (what its LLM reports waits,
 bounded); one discarded before it is scheduled leaves nothing (``protocol/DECISIONS.md``).
-
-It never changes what the session speaks; with an LLM that reports no reasoning it still
-reports transcripts, tools and answers. A turn's span nests under its ``llm_request``'s.
+It never changes what the session speaks (an LLM reporting no reasoning: transcripts, tools
+and answers still). A turn's span nests under its ``llm_request``'s.
 """
 
 from __future__ import annotations
@@ -146,7 +143,7 @@ class ReasoningBridge:
         self._unobserve: Callable[[], None] | None = None
         self._progress: ProgressSpeaker | None = None
         self._known: KnownListeners | None = None
-        self._closed = False
+        self._closing: asyncio.Future[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -196,10 +193,13 @@ class ReasoningBridge:
         await announce(self._room)
 
     async def aclose(self) -> None:
-        """Stop following the session, close the protocol session and storage."""
-        if self._closed:
-            return
-        self._closed = True
+        """Stop following the session, close the protocol session and storage: once, in a
+        task of its own (a caller cancelled meanwhile does not cut it short); wait for it."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._shut())
+        await asyncio.shield(self._closing)
+
+    async def _shut(self) -> None:
         s = self._agent_session
         s.off("user_input_transcribed", self._on_transcribed)
         s.off("speech_created", self._on_speech_created)
@@ -377,7 +377,10 @@ class ReasoningBridge:
     # -- the pump -------------------------------------------------------------------
 
     async def _pump(self) -> None:
-        """Apply observed actions in order; cut steps that are due in between."""
+        """Apply observed actions in order (after a takeover's restore); cut due steps."""
+        assert self.session is not None
+        if self.session.outbox.store is not None:
+            await self.session.restored.wait()
         while True:
             while self._pending:
                 action = self._pending.popleft()

@@ -3,7 +3,8 @@ session says reaches the room's output only while the agent holds the room.
 
 :class:`FencedAudio` wraps a real livekit-agents ``AudioOutput`` subclass that records the
 frames it is given, under a tenure whose state the test sets: held (frames pass),
-unconfirmed (a frame waits until a renewal confirms the lease), taken (frames dropped).
+unconfirmed (a frame waits until a renewal confirms the lease), taken (frames dropped);
+and what the output already holds paused while the lease is in doubt.
 """
 
 from __future__ import annotations
@@ -80,3 +81,60 @@ async def test_frames_pass_while_held_wait_while_unconfirmed_and_are_dropped_onc
     fenced.flush()
     fenced.clear_buffer()
     assert inner.cleared == 1
+
+
+class _Keeper:
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stalled(self) -> bool:
+        return self.stopped
+
+
+class _Hold:
+    def __init__(self) -> None:
+        self.keeper = _Keeper()
+        self.suspect = False
+        self.failing = False
+        self.lost = asyncio.Event()
+
+    def unconfirmed(self) -> bool:
+        return self.failing
+
+
+class _Pausable(_Output):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+async def test_what_the_output_holds_is_paused_while_the_lease_is_in_doubt() -> None:
+    """A whole sentence is synthesized (and buffered) faster than it plays: after a stall,
+    or while renewals fail, the output pauses until a renewal confirms the lease."""
+    from types import SimpleNamespace
+
+    from alicia.agent.rooms.voice_failover import _pause_while_doubtful
+
+    out, hold = _Pausable(), _Hold()
+    session = SimpleNamespace(output=SimpleNamespace(audio=out))
+    guard = asyncio.ensure_future(_pause_while_doubtful(session, hold))  # type: ignore[arg-type]
+    await asyncio.sleep(0.2)
+    assert out.calls == []
+    hold.keeper.stopped = True  # the process was stopped: the heartbeat loop did not turn
+    await asyncio.sleep(0.2)
+    hold.keeper.stopped, hold.suspect = False, True  # the loop turned: suspect until renewed
+    await asyncio.sleep(0.2)
+    assert out.calls == ["pause"]
+    hold.suspect = False  # a renewal confirmed it
+    await asyncio.sleep(0.2)
+    hold.failing = True  # renewals failing for a lease timeout
+    await asyncio.sleep(0.2)
+    assert out.calls == ["pause", "resume", "pause"]
+    hold.lost.set()
+    await asyncio.wait_for(guard, 1)
