@@ -143,7 +143,7 @@ class ReasoningBridge:
         self._unobserve: Callable[[], None] | None = None
         self._progress: ProgressSpeaker | None = None
         self._known: KnownListeners | None = None
-        self._closing: asyncio.Future[None] | None = None
+        self._closed = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -193,13 +193,10 @@ class ReasoningBridge:
         await announce(self._room)
 
     async def aclose(self) -> None:
-        """Stop following the session, close the protocol session and storage: once, in a
-        task of its own (a caller cancelled meanwhile does not cut it short); wait for it."""
-        if self._closing is None:
-            self._closing = asyncio.ensure_future(self._shut())
-        await asyncio.shield(self._closing)
-
-    async def _shut(self) -> None:
+        """Stop following the session, close the protocol session and storage."""
+        if self._closed:
+            return
+        self._closed = True
         s = self._agent_session
         s.off("user_input_transcribed", self._on_transcribed)
         s.off("speech_created", self._on_speech_created)
