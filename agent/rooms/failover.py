@@ -4,10 +4,14 @@
   (:mod:`alicia.agent.storage.leases`); one task per process renews every lease the
   process holds every ``ALICIA_HEARTBEAT_INTERVAL``, so a dead worker's leases go stale
   and the watcher (``python -m alicia.agent.watch``) brings its rooms a new agent.
+  The keeper's claims and renewals run on a thread of their own (``alicia-leases``, with
+  its own event loop and connections), not on the rooms' loop: a loop busy with many
+  rooms (or a slow synchronous call on it) does not read as a dead worker, so no room
+  moves off a live one. A stopped or starved *process* stops renewing, and is fenced.
   Each claim gives the agent the lease's epoch (its :class:`Hold`): its renewals and its
-  storage writes are conditional on it, and after a stall (SIGSTOP, a starved loop) it
-  sends nothing until a renewal confirms it still holds the room; a lost lease makes the
-  agent leave at once. A room that starts while the database is away is served without
+  storage writes are conditional on it, and after a stall (SIGSTOP, a starved process)
+  it sends nothing until a renewal confirms it still holds the room; a lost lease makes
+  the agent leave at once. A room that starts while the database is away is served without
   those guarantees (logged) and claimed once the database answers.
 * :func:`keep_out`: a fenced agent that left its room stays out. The watcher removes a
   stalled agent from its room when it moves the room; when the process wakes, livekit's
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -39,7 +44,8 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Final
+from collections.abc import Coroutine
+from typing import Any, Final, TypeVar
 
 from livekit import api, rtc
 from livekit.agents import AgentServer
@@ -68,6 +74,8 @@ __all__ = [
 
 logger = logging.getLogger("alicia.worker")
 
+T = TypeVar("T")
+
 DRAINING: Final = threading.Event()
 """Set once this process's worker is draining (SIGTERM): rooms finish turns and leave."""
 WORKER_ID: Final = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -84,7 +92,8 @@ dispatches to the room are refused (the watcher sends two at once on a takeover)
 class Hold:
     """One agent's lease on one room: its :class:`Fence` (the epoch its storage writes are
     conditional on) and the event set once the lease is lost. The conversation's
-    :class:`~alicia.agent.engine.outbox.Tenure`."""
+    :class:`~alicia.agent.engine.outbox.Tenure`. Made on the room's loop; the keeper's
+    thread updates it (plain attributes, and :attr:`lost` set on the room's loop)."""
 
     def __init__(self, keeper: LeaseKeeper, room: str, identity: str, epoch: int | None) -> None:
         """``epoch`` None: not claimed yet (the database is away)."""
@@ -93,67 +102,134 @@ class Hold:
         self.identity = identity
         self.fence = Fence(room, epoch, identity)
         self.lost = asyncio.Event()
-        """Set once another agent holds the room: leave it at once."""
+        """Set (on the room's loop) once another agent holds the room: leave it at once."""
+        self._home = asyncio.get_running_loop()
+        self._taken = False
         self.suspect = False
         """The process stalled since the last renewal: confirm before sending."""
-        self.confirmed_at = asyncio.get_running_loop().time()
-        """Loop time a renewal (or the claim) that succeeded was started: the lease was
-        this agent's then, and is for the lease timeout after."""
+        self.confirmed_at = time.monotonic()
+        """Monotonic time a renewal (or the claim) that succeeded was started: the lease
+        was this agent's then, and is for the lease timeout after."""
 
     @property
     def taken(self) -> bool:
         """Another agent holds the room (known for sure: leave it)."""
-        return self.lost.is_set()
+        return self._taken
 
     def unconfirmed(self) -> bool:
         """Renewals have failed for longer than the lease timeout (the database is away
         from this worker, perhaps only from it): the watcher may have moved the room."""
         if self.fence.epoch is None:
             return False  # never claimed: served without failover guarantees
-        return asyncio.get_running_loop().time() - self.confirmed_at > self.keeper.timeout_s
+        return time.monotonic() - self.confirmed_at > self.keeper.timeout_s
+
+    def doubtful(self) -> bool:
+        """Whether a renewal must confirm the lease before anything more is sent."""
+        return self.keeper.stalled() or self.suspect or self.unconfirmed()
 
     async def held(self) -> bool:
         """Whether this agent may still send: at once while its renewals succeed; after a
-        stall (SIGSTOP, a starved loop) or once renewals have failed for the lease timeout,
-        only once a renewal confirms it."""
-        if self.lost.is_set():
+        stall (SIGSTOP, a starved process) or once renewals have failed for the lease
+        timeout, only once a renewal confirms it."""
+        if self._taken:
             return False
         if self.keeper.stalled():
             self.suspect = True
         if self.suspect or self.unconfirmed():
             await self.keeper.beat_now()
-        return not (self.lost.is_set() or self.suspect or self.unconfirmed())
+        return not (self._taken or self.suspect or self.unconfirmed())
 
     def lose(self) -> None:
         """Storage refused this agent's writes, or its late claim: the room is another
         agent's now. A hold never claimed gets an epoch no lease has, so that its
-        writer's last flush is refused too instead of passing unfenced."""
+        writer's last flush is refused too instead of passing unfenced. Any thread."""
         if self.fence.epoch is None:
             self.fence.epoch = NO_EPOCH
-        if not self.lost.is_set():
-            logger.warning("room lease lost: leaving", extra={"room": self.room})
-            with lease_span("alicia.lease.lost", self.room, **_epoch(self.fence.epoch)):
+        if self._taken:
+            return
+        self._taken = True
+        logger.warning("room lease lost: leaving", extra={"room": self.room})
+        with lease_span("alicia.lease.lost", self.room, **_epoch(self.fence.epoch)):
+            try:
+                here = asyncio.get_running_loop() is self._home
+            except RuntimeError:
+                here = False
+            if here:
                 self.lost.set()
+            else:
+                with contextlib.suppress(RuntimeError):  # the room's loop is closed: gone
+                    self._home.call_soon_threadsafe(self.lost.set)
 
 
 class LeaseKeeper:
-    """The leases one process's rooms hold, renewed together (see the module docstring)."""
+    """The leases one process's rooms hold, renewed together on a thread of their own
+    (see the module docstring). Callable from any event loop."""
 
     def __init__(self, url: str, *, interval_s: float, timeout_s: float) -> None:
-        """Leases on the storage database ``url``."""
+        """Leases on the storage database ``url``; nothing starts until the first call."""
         self.leases = Leases(url)
+        """The lease table, used on the keeper's thread only."""
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._held: dict[tuple[str, str], Hold] = {}
-        """(room, identity) -> its hold."""
+        """(room, identity) -> its hold (the keeper's thread only)."""
         self._task: asyncio.Task[None] | None = None
         self._renewal: asyncio.Task[None] | None = None
         """The renewal under way (at most one; it ends on its own)."""
-        self._ticked = 0.0
-        """Loop time of the heartbeat loop's last turn (a long gap: the process stalled)."""
+        self._ticked = time.monotonic()
+        """Monotonic time of the heartbeat loop's last turn (a long gap: the process
+        stalled)."""
         self._beat_lock = asyncio.Lock()
         self._failing = False
         self._now = asyncio.Event()
+        self._start = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def _home(self) -> asyncio.AbstractEventLoop:
+        """The keeper's own loop, on its ``alicia-leases`` thread (started at first use; a
+        worker's keeper lives as long as its process, idle while it holds no room)."""
+        with self._start:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="alicia-leases", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the keeper's thread (in this context: its spans stay under the
+        caller's) and return its result here; cancelling the caller cancels it."""
+        home = self._home()
+        if asyncio.get_running_loop() is home:
+            return await coro
+        context = contextvars.copy_context()
+        return await asyncio.wrap_future(context.run(asyncio.run_coroutine_threadsafe, coro, home))
+
+    async def aclose(self) -> None:
+        """Stop renewing, release the connections and stop the keeper's thread (its holds
+        are left to go stale)."""
+        with self._start:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+
+        async def close() -> None:
+            self._held.clear()
+            for task in (self._task, self._renewal):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await self.leases.aclose()
+
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(close(), loop))
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join)
+        loop.close()
 
     async def hold(self, room: str, identity: str, *, required: bool = False) -> Hold | None:
         """Claim ``room`` for ``identity``; None if another live agent holds it.
@@ -162,9 +238,9 @@ class LeaseKeeper:
         guarantees (logged); the lease is claimed once the database answers again. Unless
         the dispatch ``required`` the lease (the watcher decided with the database: this
         worker alone cannot reach it): None."""
-        started = asyncio.get_running_loop().time()
+        started = time.monotonic()
         try:
-            epoch = await self._claim(room, identity)
+            epoch = await self.run(self._claim(room, identity))
         except Exception as exc:
             LEASE_CLAIMS.add(1, {"alicia.lease.outcome": "unavailable"})
             if required:
@@ -186,11 +262,15 @@ class LeaseKeeper:
                 return None
             hold = Hold(self, room, identity, epoch)
             hold.confirmed_at = started
-        self._held[room, identity] = hold
-        if self._task is None or self._task.done():
-            self._ticked = asyncio.get_running_loop().time()
-            self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
+        await self.run(self._keep(hold))
         return hold
+
+    async def _keep(self, hold: Hold) -> None:
+        """Renew ``hold`` from now on (the keeper's thread)."""
+        self._held[hold.room, hold.identity] = hold
+        if self._task is None or self._task.done():
+            self._ticked = time.monotonic()
+            self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
 
     async def _claim(self, room: str, identity: str) -> int | None:
         """:meth:`Leases.claim`, in an ``alicia.lease.claim`` span (with traces on, how long
@@ -226,7 +306,7 @@ class LeaseKeeper:
         bound = self.timeout_s * (ACCEPT_REQUIRED_FACTOR if required else 1)
         try:
             async with asyncio.timeout(bound):
-                return await self.leases.accept(room, self.timeout_s, ACCEPT_WINDOW_S)
+                return await self.run(self.leases.accept(room, self.timeout_s, ACCEPT_WINDOW_S))
         except Exception as exc:
             logger.info("job start not noted", extra={"room": room, "error": repr(exc)})
             return not required
@@ -234,8 +314,11 @@ class LeaseKeeper:
     async def release(self, hold: Hold) -> None:
         """``hold``'s agent leaves its room cleanly: its own lease entry goes (the watcher
         may move the room); another agent's entry for the room is left alone."""
+        await self.run(self._release(hold))
+
+    async def _release(self, hold: Hold) -> None:
         self._held.pop((hold.room, hold.identity), None)
-        if hold.lost.is_set() or hold.fence.epoch is None:
+        if hold.taken or hold.fence.epoch is None:
             return
         try:
             await self.leases.release(hold.room, hold.identity)
@@ -244,14 +327,17 @@ class LeaseKeeper:
 
     def stalled(self) -> bool:
         """The heartbeat loop has not turned for longer than the lease timeout: this
-        process was stopped or starved, and another agent may hold its rooms."""
-        return asyncio.get_running_loop().time() - self._ticked > self.timeout_s
+        process was stopped or starved, and another agent may hold its rooms. Any thread."""
+        return time.monotonic() - self._ticked > self.timeout_s
 
     async def beat_now(self) -> None:
         """Renew at once: confirms or loses every hold. The wait is bounded by half the
         timeout, so the heartbeat loop turns well within it even while the database does
         not answer; the renewal itself is not cancelled at that bound (a slow database,
         a loaded machine): it goes on, one at a time, and confirms when it completes."""
+        await self.run(self._beat_now())
+
+    async def _beat_now(self) -> None:
         if self._renewal is None or self._renewal.done():
             self._renewal = asyncio.create_task(self._bounded_beat(), name="alicia-lease-renewal")
         with contextlib.suppress(TimeoutError):
@@ -268,14 +354,13 @@ class LeaseKeeper:
             self._failing = True
 
     async def _beat_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._held:
-            now = loop.time()
+            now = time.monotonic()
             if now - self._ticked > self.timeout_s:
                 for hold in self._held.values():
                     hold.suspect = True  # stalled: nothing is sent until renewed
             self._ticked = now
-            await self.beat_now()
+            await self._beat_now()
             self._now.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._now.wait(), self.interval_s)
@@ -283,7 +368,7 @@ class LeaseKeeper:
     async def _beat(self) -> None:
         """One renewal of every claimed hold, and a claim of every pending one."""
         async with self._beat_lock:
-            started = asyncio.get_running_loop().time()
+            started = time.monotonic()
             holds = list(self._held.values())
             claimed: dict[str, int] = {}
             for h in holds:
@@ -307,11 +392,11 @@ class LeaseKeeper:
                     hold.confirmed_at = started
                 else:
                     hold.lose()
-            self._ticked = asyncio.get_running_loop().time()  # every hold is known now
+            self._ticked = time.monotonic()  # every hold is known now
 
     async def _claim_late(self, hold: Hold) -> None:
         """Claim a room served since the database was away."""
-        started = asyncio.get_running_loop().time()
+        started = time.monotonic()
         try:
             epoch = await self._claim(hold.room, hold.identity)
         except Exception:
@@ -337,12 +422,13 @@ def _counted(epoch: int | None) -> None:
         TAKEOVERS.add(1)
 
 
-_KEEPERS: dict[asyncio.AbstractEventLoop, LeaseKeeper] = {}
+_KEEPERS: dict[int, LeaseKeeper] = {}
+"""This process's keeper, by process id (a forked child makes its own)."""
 _KEEPERS_LOCK: Final = threading.Lock()
 
 
 def keeper_for(settings: Settings) -> LeaseKeeper:
-    """The running loop's lease keeper, as ``settings`` say (failover)."""
+    """This process's lease keeper, as ``settings`` say (failover)."""
     assert settings.database_url is not None  # checked by the settings
     return lease_keeper(
         settings.database_url,
@@ -352,15 +438,12 @@ def keeper_for(settings: Settings) -> LeaseKeeper:
 
 
 def lease_keeper(url: str, *, interval_s: float, timeout_s: float) -> LeaseKeeper:
-    """The lease keeper of the running event loop (one per loop: the shared room loop, or
-    a job's own)."""
-    loop = asyncio.get_running_loop()
+    """This process's lease keeper (one for all its rooms, whichever loop they run on)."""
     with _KEEPERS_LOCK:
-        for old in [lp for lp in _KEEPERS if lp.is_closed()]:
-            del _KEEPERS[old]
-        keeper = _KEEPERS.get(loop)
+        keeper = _KEEPERS.get(os.getpid())
         if keeper is None:
-            keeper = _KEEPERS[loop] = LeaseKeeper(url, interval_s=interval_s, timeout_s=timeout_s)
+            keeper = LeaseKeeper(url, interval_s=interval_s, timeout_s=timeout_s)
+            _KEEPERS[os.getpid()] = keeper
         return keeper
 
 

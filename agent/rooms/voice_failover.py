@@ -116,7 +116,7 @@ async def serve_held(
     kept_out: asyncio.Task[int] | None = None
     try:
         await asyncio.wait({lost, drain, ended}, return_when=asyncio.FIRST_COMPLETED)
-        if hold.lost.is_set():
+        if hold.taken:
             # Another agent serves the room: silent at once, out, and kept out.
             with_audio = session.output.audio
             if with_audio is not None:
@@ -148,8 +148,8 @@ async def _pause_while_doubtful(session: AgentSession[Any], hold: Hold) -> None:
     it plays) waits too: paused while the lease is in doubt (after a stall, renewals
     failing), resumed once a renewal confirms it."""
     paused = False
-    while not hold.lost.is_set():
-        doubtful = hold.keeper.stalled() or hold.suspect or hold.unconfirmed()
+    while not hold.taken:
+        doubtful = hold.doubtful()
         audio = session.output.audio
         if audio is not None and doubtful != paused:
             audio.pause() if doubtful else audio.resume()

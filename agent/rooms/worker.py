@@ -314,7 +314,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
                     conventions.tenure = hold
                 await _run_until_drained(conversation, transport, settings, hold.lost)
     finally:
-        fenced = hold is not None and hold.lost.is_set()
+        fenced = hold is not None and hold.taken
         kept_out: asyncio.Task[int] | None = None
         if fenced:  # another agent serves the room: kept out (from now on), and out
             server = (settings.livekit_url, settings.livekit_api_key, settings.livekit_api_secret)

@@ -98,8 +98,15 @@ class _Hold:
         self.failing = False
         self.lost = asyncio.Event()
 
+    @property
+    def taken(self) -> bool:
+        return self.lost.is_set()
+
     def unconfirmed(self) -> bool:
         return self.failing
+
+    def doubtful(self) -> bool:  # as Hold.doubtful
+        return self.keeper.stalled() or self.suspect or self.unconfirmed()
 
 
 class _Pausable(_Output):

@@ -108,12 +108,12 @@ async def lease_keeper(
     url: str, *, interval_s: float = 0.1, timeout_s: float = 0.5
 ) -> AsyncIterator[LeaseKeeper]:
     """A process's lease keeper on ``url`` (heartbeats every ``interval_s``, leases stale
-    after ``timeout_s``); its lease table's connections released on the way out."""
+    after ``timeout_s``); its thread stopped and its connections released on the way out."""
     keeper = LeaseKeeper(url, interval_s=interval_s, timeout_s=timeout_s)
     try:
         yield keeper
     finally:
-        await keeper.leases.aclose()
+        await keeper.aclose()
 
 
 @dataclass

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from alicia.agent.engine.sink import Fenced
 from alicia.agent.rooms import failover
+from alicia.agent.rooms.failover import Hold
 from alicia.agent.storage.leases import Fence, Leases, fence_check
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
@@ -212,25 +213,32 @@ async def test_release_removes_only_its_own_agent_s_entry(
 ) -> None:
     """A re-dispatch to the same process: the old agent leaving keeps the new one's lease."""
     url = await new_database("postgres", postgres_server, tmp_path, "release")
-    async with lease_keeper(url, interval_s=0.1, timeout_s=0.5) as keeper:
+    async with (
+        lease_keeper(url, interval_s=0.1, timeout_s=0.5) as keeper,
+        open_leases(url) as leases,
+    ):
         old = await keeper.hold("room-r", "agent-old")
         assert old is not None
-        # It looks dead; no renewal (every 0.1 s) may land between the two statements
-        # (a fresh-clone run's did: the claim found the old agent alive and was refused).
-        async with keeper._beat_lock:
-            await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")
-            new = await keeper.hold("room-r", "agent-new")
+
+        async def re_dispatched() -> Hold | None:
+            # It looks dead; no renewal (every 0.1 s) may land between the two statements
+            # (a fresh-clone run's did: the claim found the old agent alive and was refused).
+            async with keeper._beat_lock:  # the keeper's thread runs this
+                await execute(url, "UPDATE alicia_agents SET heartbeat_at = 0")
+                return await keeper.hold("room-r", "agent-new")
+
+        new = await keeper.run(re_dispatched())
         assert new is not None and new.fence.epoch == (old.fence.epoch or 0) + 1
         await asyncio.wait_for(old.lost.wait(), 5)  # its next renewal finds it taken
-        assert not new.lost.is_set()
+        assert not new.taken
         await keeper.release(old)
         await asyncio.sleep(1.0)  # the new agent's lease is still renewed
-        lease = await keeper.leases.get("room-r")
+        lease = await leases.get("room-r")
         assert lease is not None and lease.agent_identity == "agent-new"
         assert time.time() - lease.heartbeat_at < 2.0  # renewed every 0.1 s; margin for load
-        assert not new.lost.is_set()
+        assert not new.taken
         await keeper.release(new)
-        lease = await keeper.leases.get("room-r")  # vacant, its epoch kept
+        lease = await leases.get("room-r")  # vacant, its epoch kept
         assert lease is not None and lease.agent_identity is None
         assert lease.epoch == new.fence.epoch
 
@@ -252,7 +260,7 @@ async def test_an_agent_that_never_claimed_and_loses_its_late_claim_writes_nothi
         assert hold is not None and hold.fence.epoch is None
         assert await b.claim("room-u", "agent-b", "w-b", 0.5) == 1
         unreachable, keeper.leases = keeper.leases, Leases(url)  # it answers again
-        await unreachable.aclose()
+        await keeper.run(unreachable.aclose())
         await asyncio.wait_for(hold.lost.wait(), 10)  # the late claim is refused
         engine = create_async_engine(url)
         try:
@@ -295,13 +303,20 @@ async def test_an_epoch_never_repeats_so_a_stopped_agent_stays_fenced(
         assert d is not None and d > c
 
 
-async def test_a_stalled_loop_sends_nothing_until_its_lease_is_confirmed(
+async def test_a_busy_room_loop_keeps_its_lease_and_a_stalled_process_confirms_first(
     postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
+    """Renewals run on the keeper's own thread: the rooms' loop blocked for twice the
+    lease timeout moves no room. The whole process stopped (the keeper's thread too) is
+    fenced: it sends nothing until a renewal confirms, and meanwhile the room was taken."""
     url = await new_database("postgres", postgres_server, tmp_path, "confirm")
     async with lease_keeper(url, interval_s=0.1, timeout_s=0.5) as keeper:
         hold = await keeper.hold("room-s", "agent-a")
         assert hold is not None and await hold.held()
+        time.sleep(1.0)  # noqa: ASYNC251 - the rooms' loop (this one) blocked, not the keeper
+        async with open_leases(url) as other:
+            assert await other.claim("room-s", "agent-b", "w2", 0.5) is None  # alive
+        assert await hold.held() and not hold.taken
 
         async def take_over() -> None:
             async with open_leases(url) as other:
@@ -311,11 +326,14 @@ async def test_a_stalled_loop_sends_nothing_until_its_lease_is_confirmed(
             time.sleep(0.8)  # the lease goes stale: another agent takes the room over
             asyncio.run(take_over())
 
-        thread = threading.Thread(target=stalled_meanwhile)
-        thread.start()
-        thread.join()  # this loop is stalled all that time
+        async def stall_the_keeper() -> None:
+            thread = threading.Thread(target=stalled_meanwhile)
+            thread.start()
+            thread.join()  # the keeper's loop is stalled all that time, as in a SIGSTOP
+
+        await keeper.run(stall_the_keeper())
         assert not await hold.held()  # confirmed with the database first: lost
-        assert hold.lost.is_set()
+        await asyncio.wait_for(hold.lost.wait(), 5)
     assert failover.WORKER_ID
 
 
