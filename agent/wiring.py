@@ -26,7 +26,14 @@ if TYPE_CHECKING:
     from alicia.agent.storage.keys import KeyStore
     from alicia.agent.storage.leases import Fence
 
-__all__ = ["metrics_folder", "open_keys", "open_llm", "open_sink", "open_telemetry"]
+__all__ = [
+    "flush_metrics",
+    "metrics_folder",
+    "open_keys",
+    "open_llm",
+    "open_sink",
+    "open_telemetry",
+]
 
 logger = logging.getLogger("alicia.worker")
 
@@ -97,6 +104,15 @@ def _telemetry(provider_name: str, metrics_on: bool, content: TraceContent) -> T
     from alicia.agent.telemetry import telemetry_from_env
 
     return telemetry_from_env(provider_name, metrics_on=metrics_on, content=content)
+
+
+def flush_metrics() -> None:
+    """Export this process's metrics now, if it has any (blocking, bounded): see
+    :func:`alicia.agent.telemetry.flush_metrics`."""
+    if _telemetry.cache_info().currsize:
+        from alicia.agent.telemetry import flush_metrics as flush
+
+        flush()
 
 
 def metrics_folder() -> str:

@@ -32,7 +32,9 @@ list, OpenAI Responses), so the ``openai`` client raises the same exception with
 text as against the real provider. Refused requests are listed in
 :attr:`RecordedLLM.rejections`. Responses streams carry the reasoning item's
 ``encrypted_content`` only when the request's ``include`` lists
-``reasoning.encrypted_content`` (else it is ``null``, as with the real API).
+``reasoning.encrypted_content`` (else it is ``null``, as with the real API). Chat streams
+carry usage only when the request asks (``stream_options.include_usage``), as real
+servers do: else no ``usage`` field and no usage chunk.
 
 ``endless`` streams vLLM-shaped reasoning until the client disconnects (or the server
 closes): for ControlStop tests and load benchmarks. ``token_turn`` (:data:`TOKEN_TURN`,
@@ -85,6 +87,7 @@ from .recorded_streams import (
     read_events,
     turn_events,
     without_encrypted,
+    without_usage,
 )
 
 __all__ = [
@@ -180,6 +183,12 @@ class RecordedLLM:
             name: [without_encrypted(e) for e in self._events[name]]
             for name, s in self.manifest.items()
             if s.api == "responses"
+        }
+        # Chat streams as served to a request that did not ask for usage.
+        self._events_unasked = {
+            name: [e for e in map(without_usage, self._events[name]) if e is not None]
+            for name, s in self.manifest.items()
+            if s.api == "chat"
         }
         self._encrypted = frozenset(
             encrypted
@@ -364,6 +373,8 @@ class RecordedLLM:
             recorded = self._events[play.stream]
             if api == "responses" and not _wants_encrypted(body):
                 recorded = self._events_plain[play.stream]
+            elif api == "chat" and not _wants_usage(body):
+                recorded = self._events_unasked[play.stream]
             events = iter(recorded)
             delay = self.chunk_delay if play.chunk_delay is None else play.chunk_delay
         try:
@@ -502,6 +513,12 @@ def _is_tool_result(api: str, item: Any) -> bool:
 def _wants_encrypted(body: Mapping[str, Any]) -> bool:
     include = body.get("include")
     return isinstance(include, list) and "reasoning.encrypted_content" in include
+
+
+def _wants_usage(body: Mapping[str, Any]) -> bool:
+    """The chat request asks for the usage chunk (``stream_options.include_usage``)."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def _text_of(content: Any) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "read_events",
     "turn_events",
     "without_encrypted",
+    "without_usage",
 ]
 
 STREAMS_DIR: Final = Path(__file__).resolve().parents[1] / "tests" / "streams"
@@ -200,6 +201,23 @@ def without_encrypted(event: str) -> str:
             data = json.loads(line.removeprefix("data: "))
             if drop_encrypted(data):
                 lines[i] = "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return "\n".join(lines)
+
+
+def without_usage(event: str) -> str | None:
+    """A chat-completions event as served to a request that did not ask for usage
+    (``stream_options.include_usage``): its ``usage`` field gone, and None for the chunk
+    that carried only usage (``choices: []``). Real servers send no usage unasked."""
+    lines = event.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("data: ") and line != "data: [DONE]":
+            data = json.loads(line.removeprefix("data: "))
+            if not isinstance(data, dict) or "usage" not in data:
+                continue
+            if data.get("choices") == []:
+                return None
+            del data["usage"]
+            lines[i] = "data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return "\n".join(lines)
 
 

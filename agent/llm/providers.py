@@ -63,6 +63,11 @@ class Profile:
     effort_form: EffortForm = "reasoning_effort"
     apis: tuple[str, ...] = ("chat",)
     """The APIs (``chat``, ``responses``) this family serves."""
+    stream_usage: bool = True
+    """Chat completions stream token usage (reasoning tokens too) only when the request
+    asks, ``stream_options: {"include_usage": true}`` (OpenAI, vLLM, Ollama, DeepSeek and
+    most OpenAI-compatible servers): asked unless a family refuses the option. The
+    Responses API reports usage anyway."""
 
     def effort_params(self, effort: Effort | None, api: str) -> dict[str, Any]:
         """Request parameters that ask for ``effort`` (``{}`` when unset)."""

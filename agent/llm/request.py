@@ -33,11 +33,11 @@ def stream_round(
     effort: Effort | None = None,
     tools: list[dict[str, Any]] | None = None,
     on_usage: Callable[[dict[str, Any]], None] | None = None,
-    include_usage: bool = False,
     **params: Any,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """The round's chat-shaped deltas; ``params`` go to the SDK as they are (``timeout``,
-    ``tool_choice``); ``include_usage`` asks chat completions for a usage chunk."""
+    ``tool_choice``). Chat completions are asked for their usage chunk unless the profile
+    says the provider refuses that (:attr:`Profile.stream_usage`)."""
     extra: dict[str, Any] = dict(params)
     effort_params = profile.effort_params(effort, api)
     if effort_params:  # provider-specific fields go in the body as they are
@@ -60,7 +60,7 @@ def stream_round(
         )
     if tools:
         extra["tools"] = tools
-    if include_usage:
+    if profile.stream_usage:
         extra["stream_options"] = {"include_usage": True}
     return stream_deltas(
         client,

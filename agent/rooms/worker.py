@@ -40,7 +40,7 @@ from alicia.agent.llm.providers import resolve
 from alicia.agent.settings import Settings, load
 from alicia.agent.storage.leases import lease_required
 from alicia.agent.telemetry.instruments import ROOMS, lease_span
-from alicia.agent.wiring import open_keys, open_llm, open_sink, open_telemetry
+from alicia.agent.wiring import flush_metrics, open_keys, open_llm, open_sink, open_telemetry
 
 from .conventions import CHAT_TOPIC, RoomConventions
 from .failover import (
@@ -198,6 +198,8 @@ async def entrypoint(ctx: JobContext) -> None:
         await _entry(ctx, settings)
     finally:
         ROOMS.add(-1)
+        if settings.job_executor == "process":  # the job's process ends with its room
+            await asyncio.to_thread(flush_metrics)
 
 
 async def _entry(ctx: JobContext, settings: Settings) -> None:

@@ -260,7 +260,6 @@ class AliciaLLM(llm.LLM[Never]):
             effort=self._effort,
             tools=schemas or None,
             on_usage=on_usage,
-            include_usage=True,
             timeout=timeout,
             **({"tool_choice": tool_choice} if tool_choice is not None else {}),
         )

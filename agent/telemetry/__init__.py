@@ -4,6 +4,7 @@ environment (:mod:`.setup`)."""
 
 from .otel import OtelTelemetry
 from .setup import (
+    flush_metrics,
     meter_provider,
     serve_metrics,
     telemetry_from_env,
@@ -13,6 +14,7 @@ from .setup import (
 
 __all__ = [
     "OtelTelemetry",
+    "flush_metrics",
     "meter_provider",
     "serve_metrics",
     "telemetry_from_env",

@@ -8,13 +8,19 @@ the exporter's headers, timeout and protocol options.
 
 Metrics are on when the front end asks (the worker's ``ALICIA_METRICS_PORT``): the
 OpenTelemetry meter, read every second into Prometheus' multiprocess files
-(:mod:`.prometheus`) that the worker's ``/metrics`` merges. With neither, the engine keeps
+(:mod:`.prometheus`) that the worker's ``/metrics`` merges. They also go out over OTLP/HTTP
+when ``OTEL_METRICS_EXPORTER`` lists ``otlp`` (the SDK's own variable; its endpoint
+``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT``, every
+``OTEL_METRIC_EXPORT_INTERVAL``), each process with its own ``service.instance.id`` so
+that a backend keeps job processes' cumulative series apart. Not by default: a trace
+backend such as Jaeger takes no metrics. With none of these, the engine keeps
 :data:`~alicia.agent.engine.telemetry.NO_TELEMETRY`: nothing is done per turn.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from typing import Literal
@@ -27,7 +33,7 @@ from opentelemetry.sdk.metrics import (
     MeterProvider,
     TraceBasedExemplarFilter,
 )
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -39,7 +45,9 @@ from .otel import SCOPE, OtelTelemetry
 from .prometheus import PrometheusFiles
 
 __all__ = [
+    "flush_metrics",
     "meter_provider",
+    "otlp_metrics_enabled",
     "serve_metrics",
     "telemetry_from_env",
     "tracer_provider",
@@ -64,6 +72,25 @@ def tracing_enabled(env: Mapping[str, str] = os.environ) -> bool:
     )
 
 
+def otlp_metrics_enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether ``env`` asks for metrics over OTLP (see the module docstring)."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = {e.strip().lower() for e in env.get("OTEL_METRICS_EXPORTER", "").split(",")}
+    return "otlp" in exporters
+
+
+def _resource() -> Resource:
+    """The SDK's resource from the environment, with this process as its
+    ``service.instance.id`` unless the environment names one."""
+    resource = Resource.create()
+    if "service.instance.id" in resource.attributes:
+        return resource
+    return resource.merge(
+        Resource({"service.instance.id": f"{socket.gethostname()}:{os.getpid()}"})
+    )
+
+
 def tracer_provider(*, foreign_content: bool = False) -> TracerProvider:
     """This process's tracer provider exporting over OTLP/HTTP, made once and set as the
     global one (so the host framework's spans and ours share it and its traces). Other
@@ -74,7 +101,7 @@ def tracer_provider(*, foreign_content: bool = False) -> TracerProvider:
         if _PROVIDER is None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            provider = TracerProvider(resource=Resource.create())
+            provider = TracerProvider(resource=_resource())
             if not foreign_content:
                 provider.add_span_processor(ForeignContentFilter(SCOPE))
             provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -83,20 +110,43 @@ def tracer_provider(*, foreign_content: bool = False) -> TracerProvider:
         return _PROVIDER
 
 
-def meter_provider() -> MeterProvider:
-    """This process's meter provider writing to Prometheus' files every
-    :data:`METRICS_INTERVAL_MS`, made once and set as the global one."""
+def meter_provider(*, files: bool = True) -> MeterProvider:
+    """This process's meter provider, made once and set as the global one: writing to
+    Prometheus' files every :data:`METRICS_INTERVAL_MS` (``files``), and exporting over
+    OTLP when the environment asks (:func:`otlp_metrics_enabled`). The first call
+    decides."""
     global _METERS
     with _LOCK:
         if _METERS is None:
-            reader = PeriodicExportingMetricReader(
-                PrometheusFiles(), export_interval_millis=METRICS_INTERVAL_MS
-            )
+            readers: list[MetricReader] = []
+            if files:
+                readers.append(
+                    PeriodicExportingMetricReader(
+                        PrometheusFiles(), export_interval_millis=METRICS_INTERVAL_MS
+                    )
+                )
+            if otlp_metrics_enabled():
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                    OTLPMetricExporter,
+                )
+
+                # The interval: OTEL_METRIC_EXPORT_INTERVAL (the SDK's default 60 s).
+                readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
             _METERS = MeterProvider(
-                metric_readers=[reader], resource=Resource.create(), exemplar_filter=exemplars()
+                metric_readers=readers, resource=_resource(), exemplar_filter=exemplars()
             )
             metrics.set_meter_provider(_METERS)
         return _METERS
+
+
+def flush_metrics(timeout_s: float = 5.0) -> None:
+    """Export this process's numbers now, if it has a meter provider (blocking, bounded):
+    a job process ends without running ``atexit`` (multiprocessing's children), and a
+    room shorter than the export interval would otherwise leave none."""
+    with _LOCK:
+        provider = _METERS
+    if provider is not None:
+        provider.force_flush(timeout_millis=int(timeout_s * 1000))
 
 
 def exemplars(env: Mapping[str, str] = os.environ) -> ExemplarFilter:
@@ -130,14 +180,17 @@ def telemetry_from_env(
     content: Literal["none", "summary", "full"] = "none",
 ) -> TurnTelemetry:
     """The engine's telemetry: :class:`OtelTelemetry` with traces when ``env`` asks for
-    them and metrics when ``metrics_on``, else :data:`NO_TELEMETRY`. ``content``: the
+    them and metrics when ``metrics_on`` (Prometheus' files) or ``env`` asks for OTLP
+    metrics, else :data:`NO_TELEMETRY`. ``content``: the
     reasoning a turn's span carries (``ALICIA_TRACE_CONTENT``)."""
     tracing = tracing_enabled(env)
-    if not tracing and not metrics_on:
+    otlp_metrics = otlp_metrics_enabled(env)
+    if not (tracing or metrics_on or otlp_metrics):
         return NO_TELEMETRY
+    meters = meter_provider(files=metrics_on) if metrics_on or otlp_metrics else None
     return OtelTelemetry(
         provider_name=provider_name,
         tracer_provider=tracer_provider() if tracing else trace.NoOpTracerProvider(),
-        meter_provider=meter_provider() if metrics_on else metrics.NoOpMeterProvider(),
+        meter_provider=meters if meters is not None else metrics.NoOpMeterProvider(),
         content=content,
     )

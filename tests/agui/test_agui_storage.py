@@ -89,8 +89,8 @@ async def test_a_thread_is_a_stored_conversation_in_the_same_tables(
             history += messages_of(events, question)
         rows = await wait_rows(
             url,
-            "SELECT id, message_role, contents, sequence_number, previous_id FROM alicia_messages"
-            f" WHERE conversation_id = '{thread}' ORDER BY sent_at",
+            "SELECT id, message_role, contents, sequence_number, previous_id, reasoning_tokens"
+            f" FROM alicia_messages WHERE conversation_id = '{thread}' ORDER BY sent_at",
             4,
         )
         steps = await wait_rows(
@@ -103,6 +103,8 @@ async def test_a_thread_is_a_stored_conversation_in_the_same_tables(
         ("assistant", history[5]["id"]),
     ]
     assert [r["contents"] for r in rows if r["message_role"] == "assistant"] == [spec.answer] * 2
+    # Usage asked for (stream_options.include_usage): the recorded server sends it only then.
+    assert [r["reasoning_tokens"] for r in rows if r["message_role"] == "assistant"] == [130] * 2
     assert rows[2]["previous_id"] == history[2]["id"]  # the second question follows the answer
     assert sorted(r["content"] for r in steps) == sorted(list(spec.steps) * 2)
     exported = run(

@@ -169,6 +169,14 @@ async def test_a_message_id_held_in_storage_is_refused_with_204_where_memory_has
         url, f"SELECT conversation_id, contents FROM alicia_messages WHERE id = '{taken}'"
     )
     assert rows == [{"conversation_id": first, "contents": spec.user}]
+    # The first room's answer has the stream's usage, reasoning tokens too: asked for
+    # (stream_options.include_usage), as real servers send it only then.
+    answers = await fetch(
+        url,
+        "SELECT prompt_tokens, completion_tokens, reasoning_tokens FROM alicia_messages"
+        f" WHERE conversation_id = '{first}' AND message_role = 'assistant'",
+    )
+    assert answers == [{"prompt_tokens": 19, "completion_tokens": 172, "reasoning_tokens": 130}]
 
 
 async def stored_ids(url: str, message_id: str) -> list[dict[str, object]]:

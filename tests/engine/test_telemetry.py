@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind
 from alicia.agent.engine.telemetry import NO_TELEMETRY, TraceContent
 from alicia.agent.llm.summary import extractive_summary
 from alicia.agent.telemetry import OtelTelemetry, telemetry_from_env, tracing_enabled
+from alicia.agent.telemetry.setup import otlp_metrics_enabled
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ReasoningStep
 from tests.engine.room import CONV, MODEL, final_sentence, handshake, of, room, user_message
@@ -117,6 +118,17 @@ def test_tracing_is_on_only_when_the_otel_environment_asks_for_it() -> None:
     assert not tracing_enabled({**endpoint, "OTEL_SDK_DISABLED": "true"})
     assert not tracing_enabled({**endpoint, "OTEL_TRACES_EXPORTER": "none"})
     assert telemetry_from_env("deepseek", {}) is NO_TELEMETRY
+
+
+def test_metrics_go_over_otlp_only_when_the_sdk_s_variable_lists_otlp() -> None:
+    """``OTEL_METRICS_EXPORTER`` (the SDK's own) decides; an OTLP endpoint alone does not
+    (a trace backend such as Jaeger takes no metrics)."""
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert not otlp_metrics_enabled(endpoint)
+    assert otlp_metrics_enabled({"OTEL_METRICS_EXPORTER": "otlp"})
+    assert otlp_metrics_enabled({"OTEL_METRICS_EXPORTER": "console, OTLP"})
+    assert not otlp_metrics_enabled({"OTEL_METRICS_EXPORTER": "none"})
+    assert not otlp_metrics_enabled({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"})
 
 
 async def traced_turn(llm: RecordedLLM, content: TraceContent) -> tuple[dict[str, Any], Any]:

@@ -51,6 +51,46 @@ async def test_every_recorded_chat_stream_through_the_openai_client(
     assert not llm_server.rejections
 
 
+@pytest.mark.parametrize("asked", [True, False])
+async def test_usage_is_streamed_only_when_the_request_asks_for_it(
+    llm_server: RecordedLLM, client: AsyncOpenAI, asked: bool
+) -> None:
+    """As OpenAI, vLLM, Ollama and DeepSeek do: ``stream_options.include_usage`` gets the
+    usage (DeepSeek's on its last choice chunk; others' in a ``choices: []`` chunk);
+    without it no chunk has usage, and the rest is unchanged."""
+    llm_server.script("deepseek_reasoning_content")
+    extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if asked else {}
+    stream = await client.chat.completions.create(
+        model="any", messages=user("hi"), stream=True, **extra
+    )
+    chunks = [chunk async for chunk in stream]
+    usages = [c.usage for c in chunks if c.usage is not None]
+    if asked:
+        assert len(usages) == 1
+        details = usages[0].completion_tokens_details
+        assert details is not None and details.reasoning_tokens == 130
+    else:
+        assert usages == []
+        assert all("usage" not in c.model_dump(exclude_unset=True) for c in chunks)
+    answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert answer == MANIFEST["deepseek_reasoning_content"].answer
+
+
+async def test_an_unasked_request_drops_the_usage_only_chunk(
+    llm_server: RecordedLLM, client: AsyncOpenAI
+) -> None:
+    """OpenAI's shape: usage in a trailing ``choices: []`` chunk, sent only when asked."""
+    for asked in (True, False):
+        llm_server.script("plain_no_reasoning")
+        extra: dict[str, Any] = {"stream_options": {"include_usage": True}} if asked else {}
+        stream = await client.chat.completions.create(
+            model="any", messages=user("hi"), stream=True, **extra
+        )
+        chunks = [chunk async for chunk in stream]
+        emptied = [c for c in chunks if not c.choices]
+        assert [c.usage is not None for c in emptied] == ([True] if asked else [])
+
+
 async def test_script_queue_is_served_in_order_then_the_default(
     llm_server: RecordedLLM,
     client: AsyncOpenAI,

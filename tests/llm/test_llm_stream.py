@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gzip
 from typing import Any
 
@@ -14,6 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai import DefaultAioHttpClient
 
+from alicia.agent.llm.providers import PROFILES
+from alicia.agent.llm.request import stream_round
 from alicia.agent.llm.stream import SSEDecoder, _reader, stream_deltas, stream_response_deltas
 from tests.support.chat_server import Handler, body_handler, chunk, sse
 
@@ -368,3 +371,27 @@ async def test_a_connection_dropped_after_done_loses_nothing(serve: Any) -> None
 
     llm = await serve(handle)
     assert await collect(llm) == [{"reasoning": "r"}, {"content": "x"}]
+
+
+@pytest.mark.parametrize("refuses", [False, True])
+async def test_chat_rounds_ask_for_usage_unless_the_profile_says_the_provider_refuses(
+    serve: Any, refuses: bool
+) -> None:
+    """Chat completions stream usage (reasoning tokens too) only when asked: every round
+    asks (``stream_options.include_usage``), except for a family whose profile says its
+    server refuses the option; that round still runs."""
+    bodies: list[Any] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        bodies.append(await request.json())
+        return await body_handler(sse(chunk(content="x")))(request)
+
+    llm = await serve(handle)
+    profile = PROFILES["generic"]
+    if refuses:
+        profile = dataclasses.replace(profile, stream_usage=False)
+    transcript = [{"role": "user", "content": "q"}]
+    rounds = stream_round(llm, transcript, model="m", profile=profile, api="chat")
+    assert [d async for d in rounds] == [{"content": "x"}]
+    expected = None if refuses else {"include_usage": True}
+    assert bodies[0].get("stream_options") == expected

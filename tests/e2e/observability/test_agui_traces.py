@@ -85,6 +85,20 @@ async def test_an_agui_run_is_a_trace_in_jaeger_without_its_reasoning(
     for step in spec.steps:
         assert step[:30] not in whole
 
+    def reasoning_tokens() -> float | None:
+        page = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5)
+        for family in text_string_to_metric_families(page.read().decode()):
+            for sample in family.samples:
+                if (
+                    sample.name == "gen_ai_client_token_usage_sum"
+                    and sample.labels.get("gen_ai_token_type") == "reasoning"
+                ):
+                    return sample.value
+        return None
+
+    counted = await eventually("reasoning tokens on /metrics", reasoning_tokens)
+    assert counted == USAGE["reasoning"]  # asked for: the server sends usage only then
+
 
 async def test_the_endpoint_counts_runs_and_refusals_by_status_on_its_metrics_page(
     agui: AguiProcess, livekit_server: LiveKitServer, llm: RecordedLLM

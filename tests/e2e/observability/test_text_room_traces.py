@@ -28,6 +28,7 @@ from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.observability.conftest import eventually, tags, traced
 from tests.e2e.worker import WorkerProcess, running_worker
 from tests.e2e.worker_client import client, final, of, user_message, worker_log_on_failure
+from tests.support.otlp_receiver import MetricsReceiver, metrics_receiver
 
 pytestmark = [pytest.mark.integration]
 
@@ -39,12 +40,26 @@ METRICS_PORT = free_port()
 
 
 @pytest_asyncio.fixture
+async def receiver() -> AsyncIterator[MetricsReceiver]:
+    """An OTLP/HTTP metrics receiver (a test's own, on loopback)."""
+    async with metrics_receiver() as received:
+        yield received
+
+
+@pytest_asyncio.fixture
 async def observed_worker(
-    livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger
+    livekit_server: LiveKitServer, llm: RecordedLLM, jaeger: Jaeger, receiver: MetricsReceiver
 ) -> AsyncIterator[WorkerProcess]:
-    """The worker with traces to Jaeger and its /metrics on :data:`METRICS_PORT`; the only
-    worker on the server while the test runs (a room goes to any registered worker)."""
-    env = {**WORKER_ENV, **traced(jaeger, SERVICE, ALICIA_METRICS_PORT=str(METRICS_PORT))}
+    """The worker with traces to Jaeger, its /metrics on :data:`METRICS_PORT` and its
+    metrics over OTLP to ``receiver`` too (the SDK's own variables); the only worker on the
+    server while the test runs (a room goes to any registered worker)."""
+    otlp_metrics = {
+        "OTEL_METRICS_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": receiver.url,
+        "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+    }
+    extra = {"ALICIA_METRICS_PORT": str(METRICS_PORT), **otlp_metrics}
+    env = {**WORKER_ENV, **traced(jaeger, SERVICE, **extra)}
     async with running_worker(livekit_server, llm.base_url, env=env) as proc:
         yield proc
 
@@ -58,8 +73,12 @@ def the_turn(jaeger: Jaeger) -> dict[str, Any] | None:
     return None
 
 
-async def test_a_text_turn_is_a_trace_in_jaeger_and_numbers_in_prometheus(
-    livekit_server: LiveKitServer, observed_worker: WorkerProcess, llm: RecordedLLM, jaeger: Jaeger
+async def test_a_text_turn_is_a_trace_in_jaeger_and_numbers_in_prometheus_and_over_otlp(
+    livekit_server: LiveKitServer,
+    observed_worker: WorkerProcess,
+    llm: RecordedLLM,
+    jaeger: Jaeger,
+    receiver: MetricsReceiver,
 ) -> None:
     spec = llm.spec(STREAM)
     assert CANARY in spec.reasoning
@@ -127,6 +146,23 @@ async def test_a_text_turn_is_a_trace_in_jaeger_and_numbers_in_prometheus(
             str(refusal.code): 1.0
         }
     print(f"PromQL {turns_query} -> {turn_count['value'][1]}; {quantile} -> {thinking['value'][1]}")
+
+    # The same instruments over OTLP (OTEL_METRICS_EXPORTER=otlp), from the job's process.
+    def reasoning_over_otlp() -> list[tuple[dict[str, str], float]] | None:
+        found = [
+            (resource, point.sum)
+            for resource, attrs, point in receiver.points("gen_ai.client.token.usage")
+            if attrs.get("gen_ai.token.type") == "reasoning"
+        ]
+        return found or None
+
+    exported = await eventually("reasoning tokens over OTLP", reasoning_over_otlp)
+    resource, tokens = exported[-1]
+    assert tokens == USAGE["reasoning"]
+    assert resource["service.name"] == SERVICE and resource["service.instance.id"]
+    names = {m.name for e in receiver.exports for r in e.resource_metrics for s in r.scope_metrics
+             for m in s.metrics}  # fmt: skip
+    assert {"alicia.turns", "alicia.reasoning.thinking_time"} <= names, names
 
 
 async def test_with_trace_content_full_the_reasoning_is_only_in_the_reasoning_part(
