@@ -20,7 +20,9 @@ that an agent is gone. The workers can: each room's agent holds a lease row
   LiveKit for a new one with AgentDispatchService ``CreateDispatch`` under the workers'
   agent name; LiveKit picks the worker by load;
 * livekit-server still counts a stopped (SIGSTOP) worker as registered and may hand it
-  the job, waiting 10 s for its answer: a takeover sends two dispatches at once (a worker
+  the job (it offers jobs at random weighted by the load each worker last reported),
+  waiting 10 s for its answer: a room served before (a takeover, or an agent that left
+  it drained) gets two dispatches at once (a worker
   takes one job per room, :meth:`~alicia.agent.storage.leases.Leases.accept`, and
   refuses the others), and when no worker noted a job on the room's lease and no agent
   of ours joined within ``ALICIA_REDISPATCH_AFTER``, two more (a job the stopped worker
@@ -260,9 +262,11 @@ class Watcher:
                         api.RoomParticipantIdentity(room=room, identity=identity)
                     )
             removed = f", removed {', '.join(decision.remove)}" if decision.remove else ""
-            # A takeover is followed: the old worker may be stopped and handed the job.
-            takeover = lease is not None and lease.agent_identity is not None
-            await self._dispatch(room, f"{decision.reason}{removed}", follow=takeover)
+            # A room served before (taken over, or left by a drained agent) is followed: a
+            # stopped worker may be handed the job (livekit-server offers it by the load
+            # the worker last reported) and hold it until livekit-server times it out.
+            handover = lease is not None
+            await self._dispatch(room, f"{decision.reason}{removed}", follow=handover)
         except api.TwirpError as exc:
             if exc.code == api.TwirpErrorCode.NOT_FOUND:  # the room is gone
                 await self._forget(room)
@@ -274,8 +278,8 @@ class Watcher:
     async def _dispatch(
         self, room: str, why: str, attempt: int = 0, *, follow: bool = True, lease: bool = True
     ) -> None:
-        """Create a dispatch of our agent to ``room``; ``follow`` (a takeover): two at once,
-        and again while no worker takes one (:meth:`_follow`). Workers take one job per
+        """Create a dispatch of our agent to ``room``; ``follow`` (a room served before):
+        two at once, and again while no worker takes one (:meth:`_follow`). Workers take one job per
         room (:meth:`~alicia.agent.storage.leases.Leases.accept`) and refuse the others.
         ``lease``: decided with the database, so its agent serves only with the lease
         (:data:`~alicia.agent.storage.leases.LEASE_REQUIRED`)."""
