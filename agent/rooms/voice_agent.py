@@ -46,7 +46,7 @@ from alicia.agent.settings import Settings
 from alicia.agent.storage.leases import lease_required
 
 from .conventions import CHAT_TOPIC
-from .failover import Hold, keeper_for
+from .lease_keeper import Hold, keeper_for
 from .voice_failover import FencedAudio, serve_held
 
 __all__ = [

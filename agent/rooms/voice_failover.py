@@ -1,7 +1,7 @@
 """A voice room under failover (``ALICIA_FAILOVER``): held by its lease, as a text room.
 
 The agent serves the room only once it holds the room's lease
-(:class:`~alicia.agent.rooms.failover.Hold`). Its bridge stores every envelope under the
+(:class:`~alicia.agent.rooms.lease_keeper.Hold`). Its bridge stores every envelope under the
 lease's fence before it leaves and, on a takeover, starts from the stored conversation
 (:func:`~alicia.agent.session.attach.attach_reasoning` with ``lease``). What the agent
 says goes through :class:`FencedAudio`: after a stall (SIGSTOP, a starved loop) no frame
@@ -26,7 +26,8 @@ from alicia.agent.engine.outbox import Tenure
 from alicia.agent.session.bridge import ReasoningBridge
 from alicia.agent.settings import Settings
 
-from .failover import Hold, keep_out, leave, wait_draining
+from .failover import keep_out, leave, wait_draining
+from .lease_keeper import Hold
 
 __all__ = ["FencedAudio", "serve_held"]
 

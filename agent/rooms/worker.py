@@ -45,15 +45,14 @@ from alicia.agent.wiring import flush_metrics, open_keys, open_llm, open_sink, o
 from .conventions import CHAT_TOPIC, RoomConventions
 from .failover import (
     DrainingServer,
-    Hold,
     keep_out,
-    keeper_for,
     leave,
     wait_draining,
     warm_storage,
     watch_drain,
 )
 from .forkserver import MODULE as FORKSERVER_PRELOAD
+from .lease_keeper import Hold, keeper_for
 from .room_loop import shared_room_loop
 
 __all__ = ["build_server", "entrypoint"]

@@ -41,6 +41,10 @@ TABLES = (
     "alicia_conversations",
 )
 
+READ_CONNECT_TIMEOUT_S = 30.0
+"""A test's own reads and writes wait this long to connect: what the test measures with,
+not the code under test (the suite's first minutes load the machine past five)."""
+
 
 async def new_database(backend: str, pg: PostgresServer | None, tmp: Path, prefix: str) -> str:
     """A fresh, empty database URL on ``backend`` (``postgres`` or ``sqlite``)."""
@@ -58,7 +62,7 @@ async def new_database(backend: str, pg: PostgresServer | None, tmp: Path, prefi
 
 async def clear(url: str) -> None:
     """Delete every row of the alicia_* tables."""
-    engine = create_engine(url, pooled=False)
+    engine = create_engine(url, pooled=False, connect_timeout=READ_CONNECT_TIMEOUT_S)
     try:
         async with engine.begin() as conn:
             if is_sqlite(url):
@@ -81,7 +85,7 @@ def utc(value: Any) -> Any:
 
 async def execute(url: str, sql: str) -> None:
     """Run one statement and commit it."""
-    engine = create_engine(url, pooled=False)
+    engine = create_engine(url, pooled=False, connect_timeout=READ_CONNECT_TIMEOUT_S)
     try:
         async with engine.begin() as conn:
             await conn.execute(text(sql))
@@ -93,7 +97,7 @@ async def fetch(url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
     """Rows of ``sql`` as dicts (JSON decoded, booleans as bool on SQLite too)."""
     import json
 
-    engine = create_engine(url, pooled=False)
+    engine = create_engine(url, pooled=False, connect_timeout=READ_CONNECT_TIMEOUT_S)
     try:
         async with engine.connect() as conn:
             result = await conn.execute(text(sql), params)

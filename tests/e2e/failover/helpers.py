@@ -27,7 +27,7 @@ from typing import Any
 from livekit import api, rtc
 
 from alicia.agent.gate.ffi_routing import route_room
-from alicia.agent.rooms.failover import LeaseKeeper
+from alicia.agent.rooms.lease_keeper import LeaseKeeper
 from alicia.agent.storage.leases import Leases
 from alicia.client.trust import AgentTrust
 from alicia.harness import LiveKitServer

@@ -30,8 +30,7 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alicia.agent.engine.sink import Fenced
-from alicia.agent.rooms import failover
-from alicia.agent.rooms.failover import Hold
+from alicia.agent.rooms.lease_keeper import WORKER_ID, Hold
 from alicia.agent.storage.leases import Fence, Leases, fence_check
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
@@ -334,7 +333,7 @@ async def test_a_busy_room_loop_keeps_its_lease_and_a_stalled_process_confirms_f
         await keeper.run(stall_the_keeper())
         assert not await hold.held()  # confirmed with the database first: lost
         await asyncio.wait_for(hold.lost.wait(), 5)
-    assert failover.WORKER_ID
+    assert WORKER_ID
 
 
 async def test_a_job_for_a_room_a_live_agent_serves_does_not_join_it(

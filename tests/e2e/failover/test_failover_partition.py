@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from alicia.agent.rooms.failover import ACCEPT_REQUIRED_FACTOR
+from alicia.agent.rooms.lease_keeper import ACCEPT_REQUIRED_FACTOR
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import ReasoningStep, new_id
