@@ -82,19 +82,12 @@ worker lost its rooms to starved renewals before the link was cut)."""
 
 def worker_env(url: str, **extra: str) -> dict[str, str]:
     """A failover worker's environment on the database ``url`` (explicit dispatch under
-    ``alicia``, the thread job executor), with ``extra`` on top.
-
-    Its load is its rooms (``ALICIA_MAX_ROOMS``), never full: livekit-server offers a job
-    to a worker at random, weighted by 1 - its load, and livekit-agents' default load is
-    the machine's CPU. Every worker of a test shares one machine, busy with the suite:
-    live workers reported ~1 and a stopped one its load from before it stopped, so every
-    dispatch went to the stopped worker (10 s each before it times out)."""
+    ``alicia``, the thread job executor), with ``extra`` on top."""
     return {
         "DATABASE_URL": url,
         "ALICIA_FAILOVER": "true",
         "ALICIA_AGENT_NAME": "alicia",
         "ALICIA_JOB_EXECUTOR": "thread",
-        "ALICIA_MAX_ROOMS": "100",
         "ALICIA_LOAD_THRESHOLD": "inf",
         **extra,
     }
