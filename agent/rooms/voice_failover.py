@@ -15,6 +15,7 @@ text room does), and on a drain once the speech under way has ended (bounded by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any, Final
 
@@ -134,7 +135,9 @@ async def serve_held(
         for task in (lost, drain, ended, guard):
             task.cancel()
         try:
-            await bridge.aclose()  # storage closed before the lease goes
+            await bridge.aclose()  # storage closed before the lease goes: a close begun
+            with contextlib.suppress(TimeoutError):  # elsewhere (the session's) finishes first
+                await asyncio.wait_for(bridge.closed.wait(), settings.storage_close_timeout_s)
             await session.aclose()
             await hold.keeper.release(hold)
             if not left:  # the room left early (session closed, lease lost, drained)

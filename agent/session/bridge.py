@@ -19,8 +19,7 @@ visibility levels, encrypted values, ZDR, storage, failover) as the worker's own
 
 Preemptive generation: a speech not yet scheduled is held (what its LLM reports waits,
 bounded); one discarded before it is scheduled leaves nothing (``protocol/DECISIONS.md``).
-It never changes what the session speaks (an LLM reporting no reasoning: transcripts, tools
-and answers still). A turn's span nests under its ``llm_request``'s.
+It never changes what the session speaks. A turn's span nests under its ``llm_request``'s.
 """
 
 from __future__ import annotations
@@ -129,8 +128,7 @@ class ReasoningBridge:
         self.session: ProtocolSession | None = None
         self._pending: deque[Callable[[], Any]] = deque()
         self._wake = asyncio.Event()
-        self._turns: dict[str, _Turn] = {}
-        """Open turns by speech id."""
+        self._turns: dict[str, _Turn] = {}  # open turns by speech id
         self._requests: dict[str, TurnRequest] = {}
         """Protocol UserMessages by the id of the speech that answers them."""
         self._trace_parents: dict[str, object] = {}
@@ -138,12 +136,12 @@ class ReasoningBridge:
         self._heard: list[tuple[str, str, str]] = []
         """Final transcripts not yet answered: (user message id, identity, text)."""
         self._tasks: list[asyncio.Task[None]] = []
-        self._held_tasks: set[asyncio.Task[None]] = set()
-        """One per held speech: waits until it is scheduled or done."""
+        self._held_tasks: set[asyncio.Task[None]] = set()  # per held speech, till scheduled
         self._unobserve: Callable[[], None] | None = None
         self._progress: ProgressSpeaker | None = None
         self._known: KnownListeners | None = None
-        self._closed = False
+        self._closing = False
+        self.closed = asyncio.Event()  # set once aclose has finished (storage closed)
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -193,32 +191,36 @@ class ReasoningBridge:
         await announce(self._room)
 
     async def aclose(self) -> None:
-        """Stop following the session, close the protocol session and storage."""
-        if self._closed:
+        """Stop following the session, close the protocol session and storage (a second
+        call returns at once: await :attr:`closed` to know the first has finished)."""
+        if self._closing:
             return
-        self._closed = True
+        self._closing = True
         s = self._agent_session
-        s.off("user_input_transcribed", self._on_transcribed)
-        s.off("speech_created", self._on_speech_created)
-        s.off("function_tools_executed", self._on_tools_executed)
-        s.off("close", self._on_close)
-        if self._unobserve is not None:
-            self._unobserve()
-        if self._known is not None:
-            self._known.close()
-        if self._progress is not None:
-            await self._progress.aclose()
-        tasks = [*self._tasks, *self._held_tasks]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self.session is not None:
-            await self.session.aclose()
-        if self._transport is not None:
-            await self._transport.aclose()
-        await self._sink.aclose()
-        if (close_keys := getattr(self._keys, "aclose", None)) is not None:
-            await close_keys()
+        try:
+            s.off("user_input_transcribed", self._on_transcribed)
+            s.off("speech_created", self._on_speech_created)
+            s.off("function_tools_executed", self._on_tools_executed)
+            s.off("close", self._on_close)
+            if self._unobserve is not None:
+                self._unobserve()
+            if self._known is not None:
+                self._known.close()
+            if self._progress is not None:
+                await self._progress.aclose()
+            tasks = [*self._tasks, *self._held_tasks]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.session is not None:
+                await self.session.aclose()
+            if self._transport is not None:
+                await self._transport.aclose()
+            await self._sink.aclose()
+            if (close_keys := getattr(self._keys, "aclose", None)) is not None:
+                await close_keys()
+        finally:
+            self.closed.set()
 
     def _on_close(self, _: CloseEvent) -> None:
         task = asyncio.ensure_future(self.aclose())
