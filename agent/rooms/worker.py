@@ -87,6 +87,12 @@ def _not_connected_notice(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("The room connection was not established")
 
 
+def _serve_metrics(port: int, host: str) -> None:
+    from alicia.agent.telemetry import serve_metrics
+
+    serve_metrics(port, host)
+
+
 def _room_load(server: AgentServer, *, max_rooms: int) -> float:
     """The worker's load as rooms served / ``max_rooms`` (``ALICIA_MAX_ROOMS``)."""
     return len(server.active_jobs) / max_rooms
@@ -150,7 +156,7 @@ def build_server(settings: Settings) -> AgentServer:
         host=settings.http_host,
         port=settings.http_port,
         preload_modules=[FORKSERVER_PRELOAD],
-        prometheus_port=settings.metrics_port,
+        # /metrics is ours (serve_metrics below): it retires ended job processes' files.
         prometheus_multiproc_dir=(
             os.environ.get("PROMETHEUS_MULTIPROC_DIR") if settings.metrics_port else None
         ),
@@ -180,6 +186,9 @@ def build_server(settings: Settings) -> AgentServer:
     }
     # Logged once the command line has set logging up.
     server.on("worker_started", lambda: logger.info("llm provider profile", extra=chosen))
+    if settings.metrics_port is not None:  # after livekit-agents has emptied the folder
+        port, host = settings.metrics_port, settings.http_host
+        server.on("worker_started", lambda: _serve_metrics(port, host))
     if settings.failover:
         server.on("worker_started", lambda: watch_drain(server))
         url = settings.database_url

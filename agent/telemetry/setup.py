@@ -42,7 +42,7 @@ from alicia.agent.engine.telemetry import NO_TELEMETRY, TurnTelemetry
 
 from .content import ForeignContentFilter
 from .otel import SCOPE, OtelTelemetry
-from .prometheus import PrometheusFiles
+from .prometheus import PrometheusFiles, RetiringCollector
 
 __all__ = [
     "flush_metrics",
@@ -162,12 +162,13 @@ def exemplars(env: Mapping[str, str] = os.environ) -> ExemplarFilter:
 
 
 def serve_metrics(port: int, host: str = "127.0.0.1") -> None:
-    """Serve this process's Prometheus ``/metrics`` on ``host:port`` (a thread of
-    ``prometheus_client``), merged from ``PROMETHEUS_MULTIPROC_DIR``; metrics on."""
-    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+    """Serve Prometheus' ``/metrics`` on ``host:port`` (a thread of ``prometheus_client``):
+    every process's numbers, merged from ``PROMETHEUS_MULTIPROC_DIR``, the processes that
+    ended retired at each scrape (:class:`~.prometheus.RetiringCollector`); metrics on."""
+    from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    registry.register(RetiringCollector(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
     start_http_server(port, addr=host, registry=registry)
     meter_provider()
 

@@ -8,6 +8,7 @@ serves) merges them: counters and histogram buckets add up, names carry their un
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,67 @@ def test_two_processes_numbers_add_up_in_one_metrics_page(
     assert by_name[("alicia_reasoning_thinking_time_seconds_bucket", "0.32")] == 1
     assert by_name[("alicia_reasoning_thinking_time_seconds_bucket", "2.56")] == 2
     assert by_name[("alicia_reasoning_thinking_time_seconds_bucket", "+Inf")] == 3
+
+
+_CHILD = """
+import os, sys, time
+from prometheus_client import Counter, Gauge, Histogram
+Counter("jobs_turns", "turns").inc(2)
+Gauge("jobs_rooms", "rooms served", multiprocess_mode="livesum").set(1)
+Histogram("jobs_wait_seconds", "wait", buckets=(1.0,)).observe(0.5)
+print("written", flush=True)
+if sys.argv[1] == "stay":
+    time.sleep(60)
+"""
+
+
+def test_processes_that_ended_keep_their_totals_leave_their_gauges_and_one_file_per_type(
+    tmp_path: Path,
+) -> None:
+    """Three job processes end and one stays: the page counts all four's turns, the rooms
+    served by the one alive only, and reads one file per type for the three that ended."""
+    import subprocess
+    import sys
+
+    from alicia.agent.telemetry.prometheus import RetiringCollector
+
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", _CHILD, "end"], env=env, check=True)
+    staying = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, "stay"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert staying.stdout is not None and staying.stdout.readline().strip() == "written"
+        assert len(list(tmp_path.glob("*.db"))) == 4 * 3  # a counter, gauge, histogram each
+        registry = CollectorRegistry()
+        registry.register(RetiringCollector(str(tmp_path)))
+        page = {
+            (s.name, s.labels.get("le", "")): s.value
+            for f in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in f.samples
+        }
+        assert page[("jobs_turns_total", "")] == 4 * 2  # the ended ones' totals kept
+        assert page[("jobs_rooms", "")] == 1  # the live one's gauge only
+        assert page[("jobs_wait_seconds_count", "")] == 4
+        assert page[("jobs_wait_seconds_bucket", "1.0")] == 4
+        names = sorted(p.name for p in tmp_path.glob("*.db"))
+        alive = staying.pid
+        assert names == sorted(
+            [
+                "counter_ended.db",
+                "histogram_ended.db",
+                f"counter_{alive}.db",
+                f"gauge_livesum_{alive}.db",
+                f"histogram_{alive}.db",
+            ]
+        ), names
+        again = {  # a second scrape: nothing counted twice
+            (s.name, s.labels.get("le", "")): s.value
+            for f in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in f.samples
+        }
+        assert again == page
+    finally:
+        staying.kill()
+        staying.wait()
