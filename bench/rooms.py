@@ -59,6 +59,14 @@ clients send no new turns and wait for the turn under way to end.
 * **RSS MB per room** (worker): its ``VmRSS`` at the end of the window minus its
   ``VmRSS`` once registered, before any room, / N.
 
+**Telemetry** (unless ``--no-telemetry``): after the worker, the same rooms are served by a
+fresh worker with observability on, as an operator turns it on: every turn a traced span
+with one event per step, exported over OTLP/HTTP by the SDK's batch processor, and the
+metrics both on its Prometheus ``/metrics`` (``ALICIA_METRICS_PORT``) and over OTLP
+(``OTEL_METRICS_EXPORTER=otlp``, every 5 s), to a local receiver (a helper process that
+takes every export). **telemetry CPU overhead** = its CPU ms per room-second / the plain
+worker's - 1, in %; its p99 is shown beside the plain worker's.
+
 Each trial line also shows the worker's CPU with no room (2 s before the clients join:
 its fixed cost, inside the per-room figure) and the cores each process group used over
 the window (agent, LLM server, clients, livekit-server): where the machine's time goes.
@@ -70,7 +78,8 @@ Caveats: a shared 2-core machine hosts livekit-server, the LLM server, the agent
 the clients at once, so every figure includes their competition for CPU.
 
 Last line: ``RESULT rooms=<N> tokens_per_s=<x> lost=<n> reordered=<n> p99_ms=<x>
-cpu_ms_per_room_s=<x> floor_cpu_ms_per_room_s=<x> rss_mb_per_room=<x>`` for the largest
+cpu_ms_per_room_s=<x> floor_cpu_ms_per_room_s=<x> rss_mb_per_room=<x>
+telemetry_cpu_overhead_pct=<x>`` for the largest
 passing N (``rooms=0`` and the smallest trial's figures if none passed).
 
 ``--packets`` keeps the earlier per-packet trial: the endless stream at ``--rate`` whole
@@ -97,10 +106,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
 import msgspec
+from aiohttp import web
 from livekit import api, rtc
 from livekit.agents.types import (
     ATTRIBUTE_AGENT_STATE,
@@ -119,7 +129,7 @@ from alicia.agent.gate.ffi_routing import (
     set_attributes,
     stop_capturing_native_logs,
 )
-from alicia.harness import LiveKitServer
+from alicia.harness import LiveKitServer, free_port
 from alicia.harness.recorded_llm import (
     ENDLESS,
     TOKEN_TURN,
@@ -574,6 +584,43 @@ def agent_token(server: LiveKitServer, identity: str, room: str) -> str:
     return tok.with_kind("agent").with_name(identity).with_grants(grants).to_jwt()
 
 
+async def otlp_sink() -> None:
+    """A local OTLP/HTTP receiver (the telemetry trial's collector): takes every export to
+    ``/v1/traces`` and ``/v1/metrics`` and answers as a collector does; prints its base URL,
+    then serves until stdin closes."""
+    received = {"bytes": 0, "exports": 0}
+
+    async def export(request: web.Request) -> web.Response:
+        received["bytes"] += len(await request.read())
+        received["exports"] += 1
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", export)
+    app.router.add_post("/v1/metrics", export)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    print(json.dumps({"url": f"http://127.0.0.1:{port}"}), flush=True)
+    loop = asyncio.get_running_loop()
+    while await loop.run_in_executor(None, sys.stdin.readline):  # "COUNT": what it took
+        print(json.dumps(received), flush=True)
+    await runner.cleanup()
+
+
+TELEMETRY_ENV: Final = {
+    "OTEL_SERVICE_NAME": "alicia-bench",
+    "OTEL_BSP_SCHEDULE_DELAY": "1000",
+    "OTEL_METRICS_EXPORTER": "otlp",
+    "OTEL_METRIC_EXPORT_INTERVAL": "5000",
+}
+"""The telemetry trial's worker: every turn a traced span with its step events, exported
+over OTLP (the SDK's batch processor), and the metrics over OTLP and on ``/metrics``
+(``ALICIA_METRICS_PORT``): what an operator who turns observability on runs."""
+
+
 # -- orchestration (token level) -------------------------------------------------------------
 
 
@@ -921,9 +968,21 @@ class TokenTrial:
 
 
 async def token_trial(
-    server: LiveKitServer, rooms: int, args: argparse.Namespace, agent: str
+    server: LiveKitServer,
+    rooms: int,
+    args: argparse.Namespace,
+    agent: str,
+    env: Mapping[str, str] | None = None,
 ) -> TokenTrial:
-    async with Load(server, rooms, rate=args.rate, paragraphs=args.paragraphs, agent=agent) as load:
+    load_of = Load(
+        server,
+        rooms,
+        rate=args.rate,
+        paragraphs=args.paragraphs,
+        agent="worker" if agent == "telem" else agent,
+        env=env,
+    )
+    async with load_of as load:
         start = time.monotonic_ns() + int(args.warmup * 1e9)
         end = start + int(args.seconds * 1e9)
         await asyncio.sleep((start - time.monotonic_ns()) / 1e9)
@@ -951,7 +1010,9 @@ async def token_trial(
             close_p99_ms=percentile(close, 99),
             cpu_ms_per_room_s=(cpu1 - cpu0) * 1000 / (rooms * args.seconds),
             rss_mb_per_room=(
-                (rss1 - load.rss_before) / rooms / 2**20 if agent == "worker" else float("nan")
+                (rss1 - load.rss_before) / rooms / 2**20
+                if agent in ("worker", "telem")
+                else float("nan")
             ),
             idle_cpu_ms_per_s=load.idle_cpu_ms_per_s,
             cores={k: (split1[k] - split0[k]) / args.seconds for k in split1},
@@ -975,10 +1036,40 @@ async def tokens_main(args: argparse.Namespace) -> None:
         flush=True,
     )
     results: list[tuple[TokenTrial, TokenTrial | None]] = []
-    with LiveKitServer(log_level=os.environ.get("ALICIA_BENCH_SERVER_LOG", "warn")) as server:
+    overheads: dict[int, float] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        telemetry: dict[str, str] | None = None
+        if not args.no_telemetry:
+            sink = await stack.enter_async_context(spawn("--otlp-sink"))
+            assert sink.stdout is not None
+            url = json.loads(await sink.stdout.readline())["url"]
+            telemetry = {**TELEMETRY_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": url}
+        server = stack.enter_context(
+            LiveKitServer(log_level=os.environ.get("ALICIA_BENCH_SERVER_LOG", "warn"))
+        )
         for rooms in args.rooms:
             worker = await token_trial(server, rooms, args, "worker")
             print(worker.line(args.rate), flush=True)
+            if telemetry is not None:  # the same rooms with traces and metrics on
+                metrics = {"ALICIA_METRICS_PORT": str(free_port())}
+                telem = await token_trial(server, rooms, args, "telem", {**telemetry, **metrics})
+                print(telem.line(args.rate), flush=True)
+                assert sink.stdin is not None and sink.stdout is not None
+                sink.stdin.write(b"COUNT\n")
+                await sink.stdin.drain()
+                took = json.loads(await sink.stdout.readline())
+                print(
+                    f"       OTLP exports received so far: {took['exports']} "
+                    f"({took['bytes']} bytes)",
+                    flush=True,
+                )
+                base = max(worker.cpu_ms_per_room_s, 1e-9)
+                overheads[rooms] = (telem.cpu_ms_per_room_s / base - 1) * 100
+                print(
+                    f"       rooms={rooms:4d} telemetry CPU overhead = {overheads[rooms]:+.1f} % "
+                    f"(p99 {worker.p99_ms:.1f} -> {telem.p99_ms:.1f} ms)",
+                    flush=True,
+                )
             floor = None
             if not args.no_floor:
                 floor = await token_trial(server, rooms, args, "floor")
@@ -996,11 +1087,12 @@ async def tokens_main(args: argparse.Namespace) -> None:
     best = max(passing, key=lambda r: r[0].rooms) if passing else None
     w, f = best or results[0]
     floor_cpu = f"{f.cpu_ms_per_room_s:.2f}" if f is not None else "nan"
+    overhead = overheads.get(w.rooms, float("nan"))
     print(
         f"RESULT rooms={w.rooms if best else 0} tokens_per_s={w.tokens_per_s:.1f} "
         f"lost={w.lost} reordered={w.reordered} p99_ms={w.p99_ms:.1f} "
         f"cpu_ms_per_room_s={w.cpu_ms_per_room_s:.2f} floor_cpu_ms_per_room_s={floor_cpu} "
-        f"rss_mb_per_room={w.rss_mb_per_room:.2f}"
+        f"rss_mb_per_room={w.rss_mb_per_room:.2f} telemetry_cpu_overhead_pct={overhead:.1f}"
     )
 
 
@@ -1248,6 +1340,8 @@ def _helper(argv: list[str]) -> bool:
     elif mode == "--floor":
         tokens = [(n, t) for n, t in json.loads(argv[3])]
         asyncio.run(floor_process(argv[1], argv[2], tokens))
+    elif mode == "--otlp-sink":
+        asyncio.run(otlp_sink())
     elif mode == "--llm-server":
         asyncio.run(packets_llm_server(int(argv[1]) * 2, float(argv[2])))
     elif mode == "--clients":
@@ -1287,6 +1381,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="measurement window")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before the window")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor trials")
+    parser.add_argument(
+        "--no-telemetry", action="store_true", help="skip the telemetry trials (traces, metrics)"
+    )
     parser.add_argument(
         "--keep-going", action="store_true", help="run every trial, not only up to a failure"
     )

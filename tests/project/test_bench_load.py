@@ -23,11 +23,13 @@ ROOMS_KEYS = (
     "cpu_ms_per_room_s",
     "floor_cpu_ms_per_room_s",
     "rss_mb_per_room",
+    "telemetry_cpu_overhead_pct",
 )
 
 
 def test_the_rooms_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
-    """Two rooms, a 3 s window: the worker, then the floor, under token-level streams."""
+    """Two rooms, a 3 s window: the worker, the worker with telemetry on, then the floor,
+    under token-level streams."""
     args = ["--rooms", "2", "--seconds", "3", "--warmup", "1"]
     last = last_line("bench/rooms.py", args, tmp_path, 280)
     assert re.fullmatch(result(ROOMS_KEYS), last), last
