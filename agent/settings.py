@@ -386,7 +386,9 @@ class Settings:
             http_port=r.integer("ALICIA_HTTP_PORT", 0, low=0),
             metrics_port=r.optional_integer("ALICIA_METRICS_PORT", low=1),
             trace_content=_trace_content(
-                r.optional("ALICIA_TRACE_CONTENT"), zdr=r.flag("ALICIA_ZDR", False)
+                r.optional("ALICIA_TRACE_CONTENT"),
+                zdr=r.flag("ALICIA_ZDR", False),
+                allow_pii=r.flag("LIVEKIT_TELEMETRY_ALLOW_PII", False),
             ),
             replay_keep=r.integer("ALICIA_REPLAY_KEEP", 200, low=1),
             replay_max_bytes=r.integer("ALICIA_REPLAY_MAX_BYTES", 65536, low=1),
@@ -554,7 +556,14 @@ def _visibility(value: str | None) -> Literal["full", "summary", "encrypted", "n
     )
 
 
-def _trace_content(value: str | None, *, zdr: bool) -> Literal["none", "summary", "full"]:
+def _trace_content(
+    value: str | None, *, zdr: bool, allow_pii: bool = False
+) -> Literal["none", "summary", "full"]:
+    if allow_pii and zdr:
+        raise SettingsError(
+            "LIVEKIT_TELEMETRY_ALLOW_PII puts what people said, the answers and tool arguments "
+            "into livekit-agents' spans, which ALICIA_ZDR forbids: unset one of them"
+        )
     content = (value or "none").strip().lower()
     if content not in ("none", "summary", "full"):
         raise SettingsError(f"ALICIA_TRACE_CONTENT must be none, summary or full, not {value!r}")

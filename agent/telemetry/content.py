@@ -4,20 +4,34 @@ Our tracer provider is shared with the host framework (livekit-agents' spans in 
 room), whose spans may carry the user's and the assistant's text: the GenAI content
 attributes (``gen_ai.input.messages``, ``gen_ai.output.messages``, the system
 instructions, tool arguments and results), attributes with a ``pii`` segment
-(livekit-agents' ``lk.pii.*``) and the GenAI content events. :class:`ForeignContentFilter`
+(livekit-agents' ``lk.pii.*``), the tools offered (``gen_ai.tool.definitions``), who called
+an RPC (``lk.rpc.caller_identity``) and the GenAI content events. :class:`ForeignContentFilter`
 strips them from every span that is not ours before any exporter sees it; our own spans
 carry content only as the content policy (``ALICIA_TRACE_CONTENT``) asks.
+
+An exception's message quotes what it failed on (a tool that fails on the user's argument,
+a request the provider refused with the prompt in its error), in any span, ours too: every
+``exception`` event keeps its type and the frames of its stack trace (file, line, function),
+never a message, and a span's error status keeps its code, not its description.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import Status
 
-__all__ = ["CONTENT_ATTRIBUTES", "CONTENT_EVENTS", "ForeignContentFilter", "is_content"]
+__all__ = [
+    "CONTENT_ATTRIBUTES",
+    "CONTENT_EVENTS",
+    "ForeignContentFilter",
+    "frames_only",
+    "is_content",
+]
 
 CONTENT_ATTRIBUTES: Final = frozenset(
     {
@@ -28,6 +42,8 @@ CONTENT_ATTRIBUTES: Final = frozenset(
         "gen_ai.tool.call.result",
         "gen_ai.prompt",
         "gen_ai.completion",
+        "gen_ai.tool.definitions",
+        "lk.rpc.caller_identity",
     }
 )
 """The GenAI semantic conventions' attributes that hold conversation text."""
@@ -53,6 +69,30 @@ def _kept(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (attributes or {}).items() if not is_content(k)}
 
 
+_FRAME: Final = re.compile(r'^[\s|]*File "')
+
+
+def frames_only(stacktrace: str) -> str:
+    """A Python stack trace without its messages: the header and each frame's location."""
+    return "\n".join(
+        line
+        for line in stacktrace.splitlines()
+        if line.startswith("Traceback") or _FRAME.match(line)
+    )
+
+
+def _without_message(event: Event) -> Event:
+    """An ``exception`` event with its type and frames only (other events as they are)."""
+    if event.name != "exception":
+        return event
+    attributes = dict(event.attributes or {})
+    attributes.pop("exception.message", None)
+    trace = attributes.get("exception.stacktrace")
+    if isinstance(trace, str):
+        attributes["exception.stacktrace"] = frames_only(trace)
+    return Event(event.name, attributes, event.timestamp)
+
+
 class ForeignContentFilter(SpanProcessor):
     """Strips conversation text from spans of other instrumentation scopes than ``ours``.
 
@@ -69,6 +109,10 @@ class ForeignContentFilter(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """Rebind the ended span's attributes and events without their content."""
+        if span.status.description:
+            span._status = Status(span.status.status_code)
+        if any(e.name == "exception" for e in span.events):
+            span._events = tuple(_without_message(e) for e in span.events)
         scope = span.instrumentation_scope
         if scope is not None and scope.name == self.ours:
             return

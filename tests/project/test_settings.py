@@ -123,6 +123,10 @@ def test_secrets_stay_out_of_repr() -> None:
             {"ALICIA_TRACE_CONTENT": "summary", "ALICIA_ZDR": "1"},
             "ALICIA_TRACE_CONTENT=summary puts reasoning into traces",
         ),
+        (
+            {"LIVEKIT_TELEMETRY_ALLOW_PII": "true", "ALICIA_ZDR": "true"},
+            "LIVEKIT_TELEMETRY_ALLOW_PII puts what people said.* which ALICIA_ZDR forbids",
+        ),
     ],
 )
 def test_bad_values_name_the_variable(change: dict[str, str], message: str) -> None:
