@@ -130,6 +130,7 @@ from alicia.agent.gate.ffi_routing import (
     stop_capturing_native_logs,
 )
 from alicia.harness import LiveKitServer, free_port
+from alicia.harness.loopback import serve_app
 from alicia.harness.recorded_llm import (
     ENDLESS,
     TOKEN_TURN,
@@ -598,11 +599,7 @@ async def otlp_sink() -> None:
     app = web.Application()
     app.router.add_post("/v1/traces", export)
     app.router.add_post("/v1/metrics", export)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_app(app)
     print(json.dumps({"url": f"http://127.0.0.1:{port}"}), flush=True)
     loop = asyncio.get_running_loop()
     while await loop.run_in_executor(None, sys.stdin.readline):  # "COUNT": what it took

@@ -18,6 +18,7 @@ from openai import DefaultAioHttpClient
 from alicia.agent.llm.providers import PROFILES
 from alicia.agent.llm.request import stream_round
 from alicia.agent.llm.stream import SSEDecoder, _reader, stream_deltas, stream_response_deltas
+from alicia.harness.loopback import serve_app
 from tests.support.chat_server import Handler, body_handler, chunk, sse
 
 BODY = (
@@ -259,11 +260,7 @@ async def test_an_azure_client_still_posts_to_its_deployment() -> None:
 
     app = web.Application()
     app.router.add_post("/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_app(app)
     llm = openai.AsyncAzureOpenAI(
         azure_endpoint=f"http://127.0.0.1:{port}",
         api_key="test",

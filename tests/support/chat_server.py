@@ -16,6 +16,8 @@ from typing import Any
 import openai
 from aiohttp import web
 
+from alicia.harness.loopback import serve_app
+
 __all__ = ["TRANSPORTS", "Handler", "body_handler", "chunk", "serving_chat", "sse"]
 
 Handler = Callable[[web.Request], Any]
@@ -38,12 +40,8 @@ async def serving_chat(
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handler)
         app.router.add_post("/v1/responses", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, port = await serve_app(app)
         runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         http = openai.DefaultAioHttpClient() if transport == "aiohttp" else None
         client = openai.AsyncOpenAI(
             base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0, http_client=http

@@ -15,6 +15,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
+from alicia.harness.loopback import serve_app
+
 __all__ = ["MetricsReceiver", "metrics_receiver"]
 
 
@@ -67,11 +69,7 @@ async def metrics_receiver() -> AsyncIterator[MetricsReceiver]:
 
     app = web.Application()
     app.router.add_post("/v1/metrics", export)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_app(app)
     received.url = f"http://127.0.0.1:{port}/v1/metrics"
     try:
         yield received
