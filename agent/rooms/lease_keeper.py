@@ -18,6 +18,7 @@ those guarantees (logged) and claimed once the database answers.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import logging
@@ -64,15 +65,23 @@ class Hold:
     :class:`~alicia.agent.engine.outbox.Tenure`. Made on the room's loop; the keeper's
     thread updates it (plain attributes, and :attr:`lost` set on the room's loop)."""
 
-    def __init__(self, keeper: LeaseKeeper, room: str, identity: str, epoch: int | None) -> None:
-        """``epoch`` None: not claimed yet (the database is away)."""
+    def __init__(
+        self,
+        keeper: LeaseKeeper,
+        room: str,
+        identity: str,
+        epoch: int | None,
+        home: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """``epoch`` None: not claimed yet (the database is away); ``home``: the room's
+        loop (default: the running one)."""
         self.keeper = keeper
         self.room = room
         self.identity = identity
         self.fence = Fence(room, epoch, identity)
         self.lost = asyncio.Event()
         """Set (on the room's loop) once another agent holds the room: leave it at once."""
-        self._home = asyncio.get_running_loop()
+        self._home = home or asyncio.get_running_loop()
         self._taken = False
         self.suspect = False
         """The process stalled since the last renewal: confirm before sending."""
@@ -148,9 +157,8 @@ class LeaseKeeper:
         self._ticked = time.monotonic()
         """Monotonic time of the heartbeat loop's last turn (a long gap: the process
         stalled)."""
-        self._beat_lock = asyncio.Lock()
+        self._beat_lock = asyncio.Lock()  # made again with each loop of the keeper's
         self._failing = False
-        self._now = asyncio.Event()
         self._start = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -166,23 +174,26 @@ class LeaseKeeper:
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
+                self._beat_lock = asyncio.Lock()
             return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``coro`` on the keeper's thread, in this context (spans nest)."""
+        context = contextvars.copy_context()
+        return context.run(asyncio.run_coroutine_threadsafe, coro, self._home())
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the keeper's thread (in this context: its spans stay under the
         caller's) and return its result here; cancelling the caller cancels it."""
-        home = self._home()
-        if asyncio.get_running_loop() is home:
+        if asyncio.get_running_loop() is self._home():
             return await coro
-        context = contextvars.copy_context()
-        return await asyncio.wrap_future(context.run(asyncio.run_coroutine_threadsafe, coro, home))
+        return await asyncio.wrap_future(self._submit(coro))
 
     async def aclose(self) -> None:
         """Stop renewing, release the connections and stop the keeper's thread (its holds
         are left to go stale)."""
         with self._start:
             loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
         if loop is None or thread is None:
             return
 
@@ -196,6 +207,8 @@ class LeaseKeeper:
             await self.leases.aclose()
 
         await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(close(), loop))
+        with self._start:
+            self._loop = self._thread = None
         loop.call_soon_threadsafe(loop.stop)
         await asyncio.to_thread(thread.join)
         loop.close()
@@ -206,10 +219,32 @@ class LeaseKeeper:
         With the database away the room is served all the same, without failover
         guarantees (logged); the lease is claimed once the database answers again. Unless
         the dispatch ``required`` the lease (the watcher decided with the database: this
-        worker alone cannot reach it): None."""
+        worker alone cannot reach it): None.
+
+        The claim and the start of its renewals are one step on the keeper's thread (a
+        busy room loop in between would let the new lease go stale). Cancelled meanwhile,
+        the claim still completes there, and what it held is released."""
+        work = self._submit(self._hold_here(room, identity, required, asyncio.get_running_loop()))
+        try:
+            return await asyncio.shield(asyncio.wrap_future(work))
+        except asyncio.CancelledError:
+            work.add_done_callback(self._release_unclaimed)
+            raise
+
+    def _release_unclaimed(self, work: concurrent.futures.Future[Hold | None]) -> None:
+        """Release the hold a cancelled :meth:`hold` got (any thread)."""
+        if work.cancelled() or work.exception() is not None:
+            return
+        hold = work.result()
+        if hold is not None:
+            self._submit(self._release(hold))
+
+    async def _hold_here(
+        self, room: str, identity: str, required: bool, home: asyncio.AbstractEventLoop
+    ) -> Hold | None:
         started = time.monotonic()
         try:
-            epoch = await self.run(self._claim(room, identity))
+            epoch = await self._claim(room, identity)
         except Exception as exc:
             LEASE_CLAIMS.add(1, {"alicia.lease.outcome": "unavailable"})
             if required:
@@ -224,22 +259,19 @@ class LeaseKeeper:
                 "guarantees until it is",
                 extra={"room": room, "error": repr(exc)},
             )
-            hold = Hold(self, room, identity, None)
+            hold = Hold(self, room, identity, None, home)
         else:
             _counted(epoch)
             if epoch is None:
                 return None
-            hold = Hold(self, room, identity, epoch)
+            hold = Hold(self, room, identity, epoch, home)
             hold.confirmed_at = started
-        await self.run(self._keep(hold))
-        return hold
-
-    async def _keep(self, hold: Hold) -> None:
-        """Renew ``hold`` from now on (the keeper's thread)."""
-        self._held[hold.room, hold.identity] = hold
+        self._held[room, identity] = hold
         if self._task is None or self._task.done():
             self._ticked = time.monotonic()
             self._task = asyncio.create_task(self._beat_loop(), name="alicia-lease-heartbeat")
+            self._task.add_done_callback(_heartbeat_ended)
+        return hold
 
     async def _claim(self, room: str, identity: str) -> int | None:
         """:meth:`Leases.claim`, in an ``alicia.lease.claim`` span (with traces on, how long
@@ -330,9 +362,7 @@ class LeaseKeeper:
                     hold.suspect = True  # stalled: nothing is sent until renewed
             self._ticked = now
             await self._beat_now()
-            self._now.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._now.wait(), self.interval_s)
+            await asyncio.sleep(self.interval_s)
 
     async def _beat(self) -> None:
         """One renewal of every claimed hold, and a claim of every pending one."""
@@ -378,6 +408,12 @@ class LeaseKeeper:
             hold.fence.epoch = epoch
             hold.suspect = False
             logger.info("room lease claimed: failover guarantees again", extra={"room": hold.room})
+
+
+def _heartbeat_ended(task: asyncio.Task[None]) -> None:
+    """Log a heartbeat loop that failed: renewals stop for every room of the process."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("lease heartbeat stopped", exc_info=task.exception())
 
 
 def _epoch(epoch: int | None) -> dict[str, int]:

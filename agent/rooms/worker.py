@@ -322,7 +322,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
                 conversation.session.outbox.tenure = hold
                 if conventions is not None:
                     conventions.tenure = hold
-                await _run_until_drained(conversation, transport, settings, hold.lost)
+                await _run_until_drained(conversation, transport, settings, hold)
     finally:
         fenced = hold is not None and hold.taken
         kept_out: asyncio.Task[int] | None = None
@@ -380,17 +380,17 @@ async def _on_request(request: JobRequest, *, settings: Settings) -> None:
 
 
 async def _run_until_drained(
-    conversation: Conversation, transport: RoomTransport, settings: Settings, lost: asyncio.Event
+    conversation: Conversation, transport: RoomTransport, settings: Settings, hold: Hold
 ) -> None:
     """Serve until the room closes, or until the worker drains: then let running turns
     finish (bounded) and leave, so the watcher gives the room to another worker. If the
     room's lease is lost (another agent took it over), leave at once."""
     run = asyncio.create_task(conversation.run(), name="alicia-conversation")
     drain = asyncio.create_task(wait_draining(), name="alicia-drain-wait")
-    gone = asyncio.create_task(lost.wait(), name="alicia-lease-lost")
+    gone = asyncio.create_task(hold.lost.wait(), name="alicia-lease-lost")
     try:
         await asyncio.wait({run, drain, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if lost.is_set() and not run.done():
+        if hold.taken and not run.done():  # known at once (lost is set a moment later)
             await transport.aclose()
             await run
         elif not run.done():

@@ -265,7 +265,7 @@ class Watcher:
             # A room served before (taken over, or left by a drained agent) is followed: a
             # stopped worker may be handed the job (livekit-server offers it by the load
             # the worker last reported) and hold it until livekit-server times it out.
-            handover = lease is not None
+            handover = lease is not None and (lease.agent_identity is not None or lease.epoch > 0)
             await self._dispatch(room, f"{decision.reason}{removed}", follow=handover)
         except api.TwirpError as exc:
             if exc.code == api.TwirpErrorCode.NOT_FOUND:  # the room is gone
