@@ -11,6 +11,11 @@ Each turn is one span, named as the GenAI semantic conventions name an inference
   ``alicia.reasoning.time_to_first_step``, ``alicia.reasoning.thinking_time`` (seconds),
   ``alicia.reasoning.steps`` and ``alicia.reasoning.steps.<level>``,
   ``alicia.tool.calls``;
+* OpenInference's names too, which Arize Phoenix reads (it does not convert the GenAI
+  reasoning-token count): ``openinference.span.kind`` ``LLM``, ``llm.model_name``,
+  ``llm.provider``, ``session.id`` (the conversation), ``llm.token_count.prompt``,
+  ``llm.token_count.completion``, ``llm.token_count.total`` and
+  ``llm.token_count.completion_details.reasoning``;
 * one event per step, ``alicia.reasoning.step``, with ``alicia.step.index``,
   ``alicia.step.length`` and ``alicia.step.recipients.<level>``; one per tool call,
   ``alicia.tool.call`` (its name).
@@ -151,6 +156,10 @@ class OtelTurn:
             "gen_ai.provider.name": owner.provider_name,
             "gen_ai.conversation.id": conversation_id,
             "alicia.answer.id": answer_id,
+            "openinference.span.kind": "LLM",
+            "llm.model_name": model,
+            "llm.provider": owner.provider_name,
+            "session.id": conversation_id,
         }
         self._span: trace.Span | None = None
         self.first_step: float | None = None
@@ -234,6 +243,10 @@ class OtelTurn:
             figures["gen_ai.usage.input_tokens"] = usage.prompt_tokens
             figures["gen_ai.usage.output_tokens"] = usage.completion_tokens
             figures["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
+            figures["llm.token_count.prompt"] = usage.prompt_tokens
+            figures["llm.token_count.completion"] = usage.completion_tokens
+            figures["llm.token_count.total"] = usage.prompt_tokens + usage.completion_tokens
+            figures["llm.token_count.completion_details.reasoning"] = usage.reasoning_tokens
             for kind, count in (
                 ("input", usage.prompt_tokens),
                 ("output", usage.completion_tokens),

@@ -67,6 +67,17 @@ async def test_a_turn_is_one_span_with_its_figures_and_one_event_per_step_and_no
     assert attrs["gen_ai.usage.input_tokens"] == USAGE["input"]
     assert attrs["gen_ai.usage.output_tokens"] == USAGE["output"]
     assert attrs["gen_ai.usage.reasoning.output_tokens"] == USAGE["reasoning"]
+    # OpenInference's names (Arize Phoenix reads these, not GenAI's reasoning count).
+    assert {k: v for k, v in attrs.items() if k.startswith(("llm.", "openinference."))} == {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": MODEL,
+        "llm.provider": "deepseek",
+        "llm.token_count.prompt": USAGE["input"],
+        "llm.token_count.completion": USAGE["output"],
+        "llm.token_count.total": USAGE["input"] + USAGE["output"],
+        "llm.token_count.completion_details.reasoning": USAGE["reasoning"],
+    }
+    assert attrs["session.id"] == CONV
     assert attrs["alicia.turn.status"] == "complete"
     assert attrs["alicia.reasoning.steps"] == len(sent) == attrs["alicia.reasoning.steps.full"]
     first_step = attrs["alicia.reasoning.time_to_first_step"]
