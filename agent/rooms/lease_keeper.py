@@ -54,6 +54,10 @@ WORKER_ID: Final = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}
 ACCEPT_REQUIRED_FACTOR: Final = 4
 """A job whose dispatch needs the lease waits this many lease timeouts for the database
 before it is refused (well within livekit-server's 10 s job assignment timeout)."""
+KEEPER_POOL: Final = 4
+"""Connections the keeper keeps: one process's claims, renewals and job acceptances share
+them (a takeover of many rooms sends two job requests per room at once, each accepted with
+a query; with two, the accepts queued past the watcher's follow-up and drew more)."""
 ACCEPT_WINDOW_S: Final = 5.0
 """A job taken for a room has this long for its agent to claim it; meanwhile further
 dispatches to the room are refused (the watcher sends two at once on a takeover)."""
@@ -145,7 +149,7 @@ class LeaseKeeper:
 
     def __init__(self, url: str, *, interval_s: float, timeout_s: float) -> None:
         """Leases on the storage database ``url``; nothing starts until the first call."""
-        self.leases = Leases(url)
+        self.leases = Leases(url, pool_size=KEEPER_POOL)
         """The lease table, used on the keeper's thread only."""
         self.interval_s = interval_s
         self.timeout_s = timeout_s

@@ -160,9 +160,11 @@ def _lease(row: Any) -> Lease:
 class Leases:
     """The lease table on one database (see the module docstring)."""
 
-    def __init__(self, url: str) -> None:
-        """``url``: the storage database (``DATABASE_URL``)."""
+    def __init__(self, url: str, *, pool_size: int = 2) -> None:
+        """``url``: the storage database (``DATABASE_URL``); ``pool_size``: connections
+        kept (two more when busy)."""
         self.url = url
+        self._pool_size = pool_size
         self._postgres = is_postgres(url)
         self._engine: AsyncEngine | None = None
         self._migrated = False
@@ -170,7 +172,10 @@ class Leases:
     async def _ready(self) -> AsyncEngine:
         if self._engine is None:
             self._engine = create_engine(
-                self.url, pool_size=2, pre_ping=True, idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S
+                self.url,
+                pool_size=self._pool_size,
+                pre_ping=True,
+                idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S,
             )
         if not self._migrated:
             await migrate_once(self._engine)
