@@ -32,7 +32,7 @@ from rich.console import Console
 
 if TYPE_CHECKING:
     from alicia.harness import LiveKitServer
-    from alicia.harness.observability import Jaeger
+    from alicia.harness.phoenix import Phoenix
     from alicia.harness.served import ServedProcess
     from alicia.web import WebSettings
 
@@ -41,8 +41,6 @@ Served = TypeVar("Served", bound="ServedProcess")
 __all__ = ["DEFAULT_QUESTION", "build_parser", "default_data_dir", "main"]
 
 DEFAULT_QUESTION: Final = "9.11 and 9.8, which is greater?"
-DEMO_SERVICE: Final = "alicia-demo"
-"""The worker's ``OTEL_SERVICE_NAME`` with ``--traces``."""
 DEMO_MODEL: Final = "alicia-demo-recorded"
 ROOT: Final = Path(__file__).resolve().parent.parent
 WORKER_STOP_SECONDS: Final = 20.0
@@ -87,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--traces",
         action="store_true",
-        help="send the worker's traces to a local Jaeger (built by scripts/setup) and keep it "
-        "up until Ctrl-C",
+        help="send the worker's traces to a local Arize Phoenix (installed into a virtualenv "
+        "of its own when first needed), print each turn's trace URL and keep Phoenix up until "
+        "Ctrl-C",
     )
     p.add_argument(
         "--chunk-delay",
@@ -121,13 +120,6 @@ def _livekit(console: Console) -> contextlib.AbstractAsyncContextManager[LiveKit
 
     line = "  livekit-server  {server.url} (loopback only, dev keys)"
     return _served(LiveKitServer(), console, line)
-
-
-def _jaeger(console: Console) -> contextlib.AbstractAsyncContextManager[Jaeger]:
-    from alicia.harness.observability import Jaeger
-
-    line = "  traces          Jaeger v2 at {server.url} (OTLP/HTTP {server.otlp_url})"
-    return _served(Jaeger(), console, line)
 
 
 async def _until_stopped() -> None:
@@ -354,9 +346,10 @@ async def run(args: argparse.Namespace) -> int:
             "PYTHONUNBUFFERED": "1",
         }
         if args.traces:
-            jaeger = await stack.enter_async_context(_jaeger(console))
-            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = jaeger.otlp_url
-            env["OTEL_SERVICE_NAME"] = DEMO_SERVICE
+            from .traces import phoenix, traced_env
+
+            traces = await stack.enter_async_context(phoenix(console))
+            env.update(traced_env(traces, env))
         if args.voice:
             env["ALICIA_VOICE"] = "offline"
             # The demo's model answers about 1 s after the turn: a progress cue would be cut
@@ -397,13 +390,7 @@ async def run(args: argparse.Namespace) -> int:
             console.print(f"[red]the client exited with {code}; worker log: {data_dir}[/]")
             return code
         if args.traces:
-            console.print(
-                f"\n[bold]Traces:[/] {jaeger.url}/api/traces?service={DEMO_SERVICE}",
-                soft_wrap=True,
-            )
-            console.print(
-                "  (Jaeger's query API, JSON: each turn is a `chat` span with one log per step)"
-            )
+            await _show_traces(console, traces, room, len(questions))
             if not args.web:
                 console.print("  Ctrl-C to stop")
                 await _until_stopped()
@@ -411,6 +398,22 @@ async def run(args: argparse.Namespace) -> int:
             await _web(console, env, args.web_port, room)
         await _close_room(livekit, room)
         return await _finish(console, stack, env, started, data_dir)
+
+
+async def _show_traces(console: Console, server: Phoenix, room: str, turns: int) -> None:
+    """One line per turn with its trace's URL in Phoenix's UI."""
+    from .traces import DEMO_PROJECT, TRACE_LINE, turn_traces
+
+    found = await turn_traces(server, room, turns)
+    console.print()
+    for trace_id in found:
+        console.print(f"[bold]{TRACE_LINE}[/]{server.trace_url(trace_id)}", soft_wrap=True)
+    if len(found) < turns:
+        console.print(f"[yellow]  {turns - len(found)} turn(s) not in Phoenix yet[/]")
+    console.print(
+        f"  (Arize Phoenix: the turn is an LLM span `chat {{model}}` with its token counts and "
+        f"one event per step; every trace: {server.url}/redirects/projects/{DEMO_PROJECT})"
+    )
 
 
 async def _finish(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 import time
@@ -38,6 +39,10 @@ class ServedProcess:
         """The command line, its files written into ``folder`` (its working directory)."""
         raise NotImplementedError
 
+    def environment(self, folder: Path) -> dict[str, str]:
+        """Variables set for the server beside this process's (none by default)."""
+        return {}
+
     @property
     def ready_url(self) -> str:
         """A URL that answers 200 once the server serves."""
@@ -68,9 +73,12 @@ class ServedProcess:
         self._dir = tempfile.TemporaryDirectory(prefix=f"alicia-{self.name}-")
         folder = Path(self._dir.name)
         command = self.command(folder)
+        env = {**os.environ, **self.environment(folder)}
         self.log_path = folder / f"{self.name}.log"
         with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+            self._proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=folder, env=env
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

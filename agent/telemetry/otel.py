@@ -24,7 +24,8 @@ By default no reasoning text, summary, remark or user text goes into a span: the
 carries none. With ``content`` ``summary`` or ``full`` (``ALICIA_TRACE_CONTENT``), the
 span's ``gen_ai.output.messages`` holds one assistant message whose only part is a
 ``ReasoningPart`` (``{"type": "reasoning", "content": ...}``): each step's summary or
-its text, in order.
+its text, in order, with the ``finish_reason`` the schema requires (``stop``, or ``error``
+for a failed turn).
 
 The metrics (same names where a span attribute has one): ``alicia.turns`` (by status and
 model), ``gen_ai.client.token.usage`` (by ``gen_ai.token.type``: ``input``, ``output``,
@@ -50,6 +51,8 @@ from alicia.agent.engine.telemetry import TraceContent, TurnTrace
 __all__ = ["OtelTelemetry", "OtelTurn"]
 
 SCOPE = "alicia.reasoning"
+_FINISH_REASONS: dict[TurnStatus, str] = {"complete": "stop", "stopped": "stop", "failed": "error"}
+"""The GenAI ``finish_reason`` of the output message, per turn status."""
 """The instrumentation scope of our spans and metrics."""
 SECONDS_BUCKETS = [
     0.01,
@@ -255,7 +258,10 @@ class OtelTurn:
                 owner.tokens.record(count, {**model, "gen_ai.token.type": kind})
         if self.reasoning:
             part = {"type": "reasoning", "content": "\n\n".join(self.reasoning)}
-            message = {"role": "assistant", "parts": [part]}
+            # finish_reason is required by the GenAI schema: without it readers (Arize
+            # Phoenix) drop the message.
+            reason = _FINISH_REASONS[status]
+            message = {"role": "assistant", "parts": [part], "finish_reason": reason}
             figures["gen_ai.output.messages"] = json.dumps([message])
         span.set_attributes(figures)
         owner.turns.add(1, {**model, "alicia.turn.status": status})

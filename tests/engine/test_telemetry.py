@@ -169,6 +169,7 @@ async def test_an_explicit_content_policy_puts_reasoning_only_in_a_reasoning_par
     attrs, spec = await traced_turn(llm, content)
     [message] = json.loads(str(attrs["gen_ai.output.messages"]))
     assert message["role"] == "assistant"
+    assert message["finish_reason"] == "stop"  # required by the GenAI schema (else dropped)
     [part] = message["parts"]
     assert part["type"] == "reasoning"
     if content == "full":
