@@ -47,8 +47,8 @@ async def phoenix(console: Console) -> AsyncIterator[Phoenix]:
 
 
 def traced_env(server: Phoenix, env: Mapping[str, str]) -> dict[str, str]:
-    """The worker's variables that send its traces to ``server`` under :data:`DEMO_PROJECT`
-    (resource attributes the caller set are kept)."""
+    """The worker's variables that send its traces to ``server`` under :data:`DEMO_PROJECT`,
+    exported every 0.5 s (resource attributes and a delay the caller set are kept)."""
     resource = ",".join(
         part
         for part in (env.get("OTEL_RESOURCE_ATTRIBUTES", ""), project_resource(DEMO_PROJECT))
@@ -58,6 +58,8 @@ def traced_env(server: Phoenix, env: Mapping[str, str]) -> dict[str, str]:
         "OTEL_EXPORTER_OTLP_ENDPOINT": server.otlp_url,
         "OTEL_SERVICE_NAME": DEMO_PROJECT,
         "OTEL_RESOURCE_ATTRIBUTES": resource,
+        # The SDK exports every 5 s by default: the turn's URL is printed once Phoenix has it.
+        "OTEL_BSP_SCHEDULE_DELAY": env.get("OTEL_BSP_SCHEDULE_DELAY", "500"),
     }
 
 
