@@ -9,12 +9,13 @@ import pytest
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM, StreamSpec
 from alicia.protocol import MessageType, new_id
-from tests.e2e.worker import NO_LOAD_LIMIT, WorkerProcess, running_worker
+from tests.e2e.worker import NO_LOAD_LIMIT, PROCESS_EXECUTOR, WorkerProcess, running_worker
 from tests.support.client_cli import run_cli
 
 pytestmark = pytest.mark.integration
 
-WORKER_ENV = NO_LOAD_LIMIT  # worker (tests/e2e/conftest.py): the default step delay
+# worker (tests/e2e/conftest.py): the default step delay, a process per room
+WORKER_ENV = {**NO_LOAD_LIMIT, **PROCESS_EXECUTOR}
 
 T = MessageType
 
@@ -113,7 +114,7 @@ async def test_under_explicit_dispatch_the_client_trusts_only_the_named_agent(
     from alicia.client import AgentMissingError, ClientSession
 
     room = new_id("conv")
-    env = {**NO_LOAD_LIMIT, "ALICIA_AGENT_NAME": "alicia-test"}
+    env = {**NO_LOAD_LIMIT, **PROCESS_EXECUTOR, "ALICIA_AGENT_NAME": "alicia-test"}
     async with running_worker(livekit_server, llm.base_url, env=env) as proc:
         http_url = "http" + livekit_server.url[2:]
         async with api.LiveKitAPI(

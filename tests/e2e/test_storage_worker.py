@@ -21,7 +21,7 @@ from alicia.protocol import (
     UserMessage,
     new_id,
 )
-from tests.e2e.worker import running_worker
+from tests.e2e.worker import PROCESS_EXECUTOR, running_worker
 from tests.support.db import fetch, new_database
 from tests.support.livekit_rooms import protocol_client
 
@@ -41,6 +41,7 @@ async def test_a_turn_through_the_real_worker_is_stored_exactly(
         "HOME": str(home),  # the default spill root lives under it
         "ALICIA_STEP_MAX_DELAY": "0.2",
         "ALICIA_LOAD_THRESHOLD": "inf",
+        **PROCESS_EXECUTOR,  # stored from the room's job process, as by default
     }
     room = new_id("conv")
     call, follow = llm.spec("calculator_tool_call"), llm.spec("calculator_tool_followup")

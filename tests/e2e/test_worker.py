@@ -28,10 +28,12 @@ from alicia.protocol import (
     UserMessage,
     new_id,
 )
-from tests.e2e.worker import WorkerProcess
+from tests.e2e.conftest import WORKER_ENV as DEFAULT_ENV
+from tests.e2e.worker import PROCESS_EXECUTOR, WorkerProcess
 from tests.e2e.worker_client import client, final, of, user_message, worker_log_on_failure
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_script")]
+WORKER_ENV = {**DEFAULT_ENV, **PROCESS_EXECUTOR}  # the module worker: a process per room
 
 T = MessageType
 

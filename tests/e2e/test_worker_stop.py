@@ -14,7 +14,7 @@ import pytest
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
-from tests.e2e.worker import running_worker
+from tests.e2e.worker import PROCESS_EXECUTOR, running_worker
 from tests.support.db import fetch, new_database
 from tests.support.livekit_rooms import protocol_client
 
@@ -28,7 +28,12 @@ async def test_sigterm_to_the_worker_s_whole_group_drains_and_stores_its_rooms(
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "group_stop")
-    env = {"DATABASE_URL": url, "HOME": str(tmp_path / "home"), "ALICIA_LOAD_THRESHOLD": "inf"}
+    env = {
+        "DATABASE_URL": url,
+        "HOME": str(tmp_path / "home"),
+        "ALICIA_LOAD_THRESHOLD": "inf",
+        **PROCESS_EXECUTOR,  # the whole process group: the worker and its job processes
+    }
     rooms = [new_id("conv") for _ in range(2)]
     spec = llm.spec("calculator_tool_call")
     async with (

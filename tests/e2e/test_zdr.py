@@ -19,7 +19,7 @@ from livekit import api
 from alicia.harness import LiveKitServer, PostgresServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
-from tests.e2e.worker import running_worker
+from tests.e2e.worker import PROCESS_EXECUTOR, running_worker
 from tests.support.db import admin, fetch, new_database, pg_dump
 from tests.support.livekit_rooms import protocol_client
 
@@ -45,6 +45,7 @@ async def test_no_plaintext_reasoning_at_rest_and_erasure_shreds_it(
         "ALICIA_ZDR": "true",
         "ALICIA_REASONING_KEYS": keys,
         "ALICIA_LOAD_THRESHOLD": "inf",
+        **PROCESS_EXECUTOR,  # at rest from the room's job process, as by default
     }
     room = new_id("conv")
     async with running_worker(livekit_server, llm.base_url, env=env, log_level="debug") as w:

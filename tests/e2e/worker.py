@@ -24,11 +24,18 @@ from alicia.harness import LiveKitServer
 from tests.paths import ROOT
 from tests.support import process_logs
 
-__all__ = ["NO_LOAD_LIMIT", "WorkerProcess", "running_worker"]
+__all__ = ["NO_LOAD_LIMIT", "PROCESS_EXECUTOR", "WorkerProcess", "running_worker"]
 
 # The machine is busy (chromium, other tests): a worker that reports itself full when the
 # room is created is never dispatched to it.
 NO_LOAD_LIMIT = {"ALICIA_LOAD_THRESHOLD": "inf"}
+PROCESS_EXECUTOR = {"ALICIA_JOB_EXECUTOR": "process"}
+"""A text worker as ``python -m alicia.agent start`` runs by default: a process per room.
+:func:`running_worker` runs text workers with the thread executor unless told (a worker
+with the process executor costs about 3 s more CPU to start, a forkserver importing what
+every job needs and two idle job processes, and 2,000 tests start hundreds of workers on 2
+cores); the tests of the default path (a turn, the CLI, storage, ZDR at rest, telemetry
+from job processes, a stop of the whole process group) ask for it."""
 
 
 @dataclass
@@ -73,7 +80,9 @@ async def running_worker(
     ready_timeout: float = 180.0,
     log_level: str = "info",
 ) -> AsyncIterator[WorkerProcess]:
-    """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL``;
+    """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL`` (a text
+    worker with the thread executor unless ``env`` or the environment names one:
+    :data:`PROCESS_EXECUTOR`);
     registered (within ``ready_timeout``: a start is not what is tested, and several
     workers starting at once past the realtime lanes, at ``nice`` 10, took over 60 s on a
     loaded 2-core machine), and with a voice worker (``ALICIA_VOICE``) a job process
@@ -94,6 +103,9 @@ async def running_worker(
         "ALICIA_MAX_ROOMS": "50",
         **(env or {}),
     }
+    voice = any(full_env.get(k) for k in ("ALICIA_VOICE", "ALICIA_STT", "ALICIA_TTS"))
+    if not voice and "ALICIA_JOB_EXECUTOR" not in full_env:
+        full_env["ALICIA_JOB_EXECUTOR"] = "thread"  # see PROCESS_EXECUTOR
     if env is None or "DATABASE_URL" not in env:
         full_env.pop("DATABASE_URL", None)  # persistence off unless asked for
     with tempfile.TemporaryDirectory(prefix="alicia-worker-") as tmp:

@@ -26,7 +26,7 @@ from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import ErrorMessage, ReasoningStep, new_id
 from tests.e2e.conftest import WORKER_ENV
 from tests.e2e.observability.conftest import eventually, tags, traced
-from tests.e2e.worker import WorkerProcess, running_worker
+from tests.e2e.worker import PROCESS_EXECUTOR, WorkerProcess, running_worker
 from tests.e2e.worker_client import client, final, of, user_message, worker_log_on_failure
 from tests.support.otlp_receiver import MetricsReceiver, metrics_receiver
 
@@ -59,7 +59,7 @@ async def observed_worker(
         "OTEL_METRIC_EXPORT_INTERVAL": "1000",
     }
     extra = {"ALICIA_METRICS_PORT": str(METRICS_PORT), **otlp_metrics}
-    env = {**WORKER_ENV, **traced(jaeger, SERVICE, **extra)}
+    env = {**WORKER_ENV, **PROCESS_EXECUTOR, **traced(jaeger, SERVICE, **extra)}
     async with running_worker(livekit_server, llm.base_url, env=env) as proc:
         yield proc
 
