@@ -34,14 +34,18 @@ class LiveKitServer(ServedProcess):
     name = "livekit-server"
     start_timeout_s = 30.0
 
-    def __init__(self, *, log_level: str = "warn", webhooks: Sequence[str] = ()) -> None:
+    def __init__(
+        self, *, log_level: str = "warn", webhooks: Sequence[str] = (), redis: str | None = None
+    ) -> None:
         """``webhooks``: URLs livekit-server posts its webhook events to (signed with the
-        dev key)."""
+        dev key); ``redis``: ``host:port`` of the Redis a cluster's nodes share (distributed
+        mode; one node alone without it)."""
         self.pick_ports()
         self.api_key = DEV_API_KEY
         self.api_secret = DEV_API_SECRET
         self._log_level = log_level
         self.webhooks = tuple(webhooks)
+        self.redis = redis
         super().__init__()
 
     @property
@@ -62,6 +66,8 @@ class LiveKitServer(ServedProcess):
         text = text.replace("port_range_start: 50000", f"port_range_start: {self.udp_start}")
         text = text.replace("port_range_end: 50100", f"port_range_end: {self.udp_start + 63}")
         text = text.replace("level: warn", f"level: {self._log_level}")
+        if self.redis:
+            text += f"redis:\n  address: {self.redis}\n"
         if self.webhooks:
             urls = "".join(f"    - {url}\n" for url in self.webhooks)
             text += f"webhook:\n  api_key: {self.api_key}\n  urls:\n{urls}"

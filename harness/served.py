@@ -48,6 +48,15 @@ class ServedProcess:
         """A URL that answers 200 once the server serves."""
         raise NotImplementedError
 
+    def answers(self) -> bool:
+        """Whether the server serves now: :attr:`ready_url` answers 200 (a server that
+        speaks no HTTP says otherwise)."""
+        try:
+            with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
     def pick_ports(self) -> None:
         """Choose the server's ports again (after one was taken before the server bound it)."""
         raise NotImplementedError
@@ -85,12 +94,9 @@ class ServedProcess:
                 tail = self.log_tail()
                 error = _PortTaken if "address already in use" in tail else RuntimeError
                 raise error(f"{self.name} exited with {self._proc.returncode}:\n{tail}")
-            try:
-                with urllib.request.urlopen(self.ready_url, timeout=1) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.1)
+            if self.answers():
+                return self
+            time.sleep(0.1)
         self.stop()
         raise TimeoutError(f"{self.name} did not answer on {self.ready_url} in {timeout}s")
 
@@ -99,6 +105,17 @@ class ServedProcess:
         if not self.log_path.exists():
             return ""
         return self.log_path.read_text(errors="replace")[-chars:]
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a machine that dies would (its files stay until :meth:`stop`)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s) and remove its files."""

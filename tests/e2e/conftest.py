@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from alicia.harness import LiveKitServer
+from alicia.harness.cluster import LiveKitCluster
 from alicia.harness.ports import free_port
 from alicia.harness.recorded_llm import RecordedLLM, StreamSpec, load_manifest
 from tests.e2e.worker import WorkerProcess, running_worker
@@ -34,6 +35,14 @@ def livekit(watch_port: int) -> Iterator[LiveKitServer]:
     """A livekit-server of the module's own, posting webhooks to the watcher's port."""
     with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(watch_port: int) -> Iterator[LiveKitCluster]:
+    """A 2-node livekit-server cluster of the module's own (one Redis, haproxy in front),
+    every node posting webhooks to the watcher's port."""
+    with LiveKitCluster(2, webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as nodes:
+        yield nodes
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -69,7 +69,7 @@ __all__ = [
 
 DEFAULT_WORKERS: Final = 5
 """Parallel workers ``./scripts/test`` starts (``ALICIA_TEST_WORKERS`` overrides)."""
-SERVER_FIXTURES: Final = frozenset({"livekit_server", "postgres_server", "livekit"})
+SERVER_FIXTURES: Final = frozenset({"livekit_server", "postgres_server", "livekit", "cluster"})
 """Fixtures that start a real server: a test that uses one is an integration test."""
 DURATIONS: Final = ROOT / "tests" / "durations.json"
 """Seconds per test id from a full run (the tests over :data:`_KEPT_S`)."""

@@ -1,0 +1,168 @@
+"""livekit-server as an N-node cluster on loopback, behind one address, as deployments run it.
+
+* Debian's ``redis-server`` (:class:`~alicia.harness.redis.RedisServer`): what the nodes
+  share in livekit-server's distributed mode (room placement; signalling, RoomService and
+  agent dispatch routed to the node that hosts the room).
+* N :class:`~alicia.harness.livekit_server.LiveKitServer` nodes, each on its own ports,
+  with the same keys, the same Redis and the same webhook URLs (every node posts the
+  events of the rooms it hosts).
+* Debian's ``haproxy`` (:class:`Balancer`) in front: one port for signalling (WebSocket)
+  and the server API, spread over the nodes that pass its health check (``GET /`` every
+  0.5 s); media goes to each node's own ICE candidates, as with LiveKit's own load
+  balancer setups.
+
+:class:`LiveKitCluster` has :class:`LiveKitServer`'s ``url``, ``http_url``, ``token`` and
+``env``, pointing at the balancer, so whatever takes a server takes a cluster.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from .livekit_server import LiveKitServer
+from .ports import free_port
+from .redis import RedisServer
+from .served import ServedProcess
+
+__all__ = ["Balancer", "LiveKitCluster"]
+
+HAPROXY_CONFIG = """\
+global
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 1h
+  timeout server 1h
+  timeout tunnel 1h
+  timeout http-request 10s
+  option redispatch
+  retries 2
+frontend livekit
+  bind 127.0.0.1:{port}
+  default_backend nodes
+backend nodes
+  balance roundrobin
+  option httpchk GET /
+  http-check expect status 200
+  default-server inter 500ms fastinter 250ms downinter 500ms fall 2 rise 2
+{servers}
+"""
+
+
+class Balancer(ServedProcess):
+    """Debian's haproxy spreading HTTP and WebSocket connections over ``backends``
+    (``host:port``), each health-checked every 0.5 s (down after two failures)."""
+
+    name = "haproxy"
+    start_timeout_s = 30.0
+
+    def __init__(self, backends: Sequence[str]) -> None:
+        """``backends``: the nodes' ``host:port``."""
+        super().__init__()
+        self.backends = list(backends)
+        self.pick_ports()
+
+    def pick_ports(self) -> None:
+        """A free loopback port for the frontend."""
+        self.port = free_port()
+
+    @property
+    def ready_url(self) -> str:
+        """A node's answer through the balancer."""
+        return f"http://127.0.0.1:{self.port}/"
+
+    def command(self, folder: Path) -> list[str]:
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not Path(binary).is_file():
+            raise RuntimeError("haproxy not found: run ./scripts/setup (Debian's haproxy)")
+        servers = "\n".join(
+            f"  server node{i} {address} check" for i, address in enumerate(self.backends)
+        )
+        config = folder / "haproxy.cfg"
+        config.write_text(HAPROXY_CONFIG.format(port=self.port, servers=servers))
+        return [binary, "-db", "-f", str(config)]  # -db: in the foreground
+
+
+class LiveKitCluster:
+    """``nodes`` livekit-server nodes sharing one Redis, behind one :class:`Balancer`."""
+
+    def __init__(
+        self, nodes: int = 2, *, webhooks: Sequence[str] = (), log_level: str = "warn"
+    ) -> None:
+        """Nothing runs until :meth:`start`."""
+        if nodes < 1:
+            raise ValueError("a cluster has at least one node")
+        self.redis = RedisServer()
+        self.nodes = [
+            LiveKitServer(log_level=log_level, webhooks=webhooks, redis=self.redis.address)
+            for _ in range(nodes)
+        ]
+        self.balancer = Balancer([f"127.0.0.1:{node.port}" for node in self.nodes])
+        self.api_key = self.nodes[0].api_key
+        self.api_secret = self.nodes[0].api_secret
+
+    @property
+    def url(self) -> str:
+        """The one WebSocket URL clients and agents connect to (the balancer)."""
+        return f"ws://127.0.0.1:{self.balancer.port}"
+
+    @property
+    def http_url(self) -> str:
+        """The server API through the balancer."""
+        return f"http://127.0.0.1:{self.balancer.port}"
+
+    def token(
+        self,
+        identity: str,
+        room: str,
+        *,
+        name: str | None = None,
+        agent: bool = False,
+        attributes: dict[str, str] | None = None,
+    ) -> str:
+        """A join token, as :meth:`LiveKitServer.token` mints it (every node has the keys)."""
+        return self.nodes[0].token(identity, room, name=name, agent=agent, attributes=attributes)
+
+    def env(self) -> dict[str, str]:
+        """``LIVEKIT_URL`` (the balancer), ``LIVEKIT_API_KEY``, ``LIVEKIT_API_SECRET``."""
+        return {
+            "LIVEKIT_URL": self.url,
+            "LIVEKIT_API_KEY": self.api_key,
+            "LIVEKIT_API_SECRET": self.api_secret,
+        }
+
+    def start(self) -> Self:
+        """Redis, then the nodes, then the balancer; each up before the next."""
+        try:
+            self.redis.start()
+            for node in self.nodes:
+                node.start()
+            self.balancer.backends = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            self.balancer.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Everything stopped, the balancer first."""
+        self.balancer.stop()
+        for node in self.nodes:
+            node.stop()
+        self.redis.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
