@@ -121,6 +121,20 @@ class AgentFollowing:
     def _on_participant_left(self, participant: rtc.RemoteParticipant) -> None:
         self._check_agent()
 
+    def _on_reconnected(self) -> None:
+        """LiveKit's SDK brought the link back (after a network loss, or into the room
+        started again on another node when the room's node died): what the agent sent
+        meanwhile may be lost, so resume with it (§4.9), as with a new agent."""
+        identity = self.trust.identity
+        if identity is None or self.conversation_id is None or self._state != "connected":
+            return
+        logger.info("the link came back: resuming", extra={"agent": identity})
+        self._ready.clear()
+        self._cancel_resume()
+        self._resume_task = asyncio.get_running_loop().create_task(
+            self._resume_safely(identity, identity)
+        )
+
     def _check_agent(self) -> None:
         """The trusted agent left, or its identity now belongs to someone else?"""
         gone = self.trust.identity

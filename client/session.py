@@ -143,6 +143,7 @@ class ClientSession(AgentFollowing):
         self.room.on("participant_connected", self._on_participant)
         self.room.on("participant_attributes_changed", self._on_attributes)
         self.room.on("participant_disconnected", self._on_participant_left)
+        self.room.on("reconnected", self._on_reconnected)
 
     # --- listeners ------------------------------------------------------------------
 
@@ -300,6 +301,7 @@ class ClientSession(AgentFollowing):
         self.room.off("participant_connected", self._on_participant)
         self.room.off("participant_attributes_changed", self._on_attributes)
         self.room.off("participant_disconnected", self._on_participant_left)
+        self.room.off("reconnected", self._on_reconnected)
         if self._config_waiter is not None and not self._config_waiter.done():
             self._config_waiter.cancel()
         await self._stop_following()

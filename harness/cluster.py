@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,7 +93,7 @@ class LiveKitCluster:
     """``nodes`` livekit-server nodes sharing one Redis, behind one :class:`Balancer`."""
 
     def __init__(
-        self, nodes: int = 2, *, webhooks: Sequence[str] = (), log_level: str = "warn"
+        self, nodes: int = 2, *, webhooks: Sequence[str] = (), log_level: str = "info"
     ) -> None:
         """Nothing runs until :meth:`start`."""
         if nodes < 1:
@@ -135,6 +136,19 @@ class LiveKitCluster:
             "LIVEKIT_API_KEY": self.api_key,
             "LIVEKIT_API_SECRET": self.api_secret,
         }
+
+    def node_id(self, index: int) -> str:
+        """livekit-server's id of node ``index`` (from its start-up log line)."""
+        match = re.search(r'"nodeID": "([^"]+)"', self.nodes[index].log_tail(10**7))
+        if match is None:
+            raise RuntimeError(f"node {index} logged no nodeID (log level warn?)")
+        return match.group(1)
+
+    def node_of(self, room: str) -> int | None:
+        """The index of the node ``room`` is placed on, as the nodes record it in Redis."""
+        placed = self.redis.hget("room_node_map", room)
+        ids = [self.node_id(i) for i in range(len(self.nodes))]
+        return ids.index(placed) if placed in ids else None
 
     def start(self) -> Self:
         """Redis, then the nodes, then the balancer; each up before the next."""

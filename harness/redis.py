@@ -58,6 +58,21 @@ class RedisServer(ServedProcess):
             "warning",
         ]
 
+    def hget(self, key: str, field: str) -> str | None:
+        """``HGET key field`` (None when there is no such field): to read livekit-server's
+        own records, such as the node a room is placed on (``room_node_map``)."""
+        parts = [b"HGET", key.encode(), field.encode()]
+        request = b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as conn:
+            conn.sendall(request)
+            reply = conn.makefile("rb")
+            head = reply.readline()
+            if head.startswith(b"$-1"):
+                return None
+            if not head.startswith(b"$"):
+                raise RuntimeError(f"redis HGET {key} {field}: {head!r}")
+            return reply.read(int(head[1:]) + 2)[:-2].decode()
+
     def answers(self) -> bool:
         """``PING`` answered ``+PONG``."""
         try:

@@ -28,8 +28,8 @@ agent takes over), else (or for an L never sent) answered with ErrorMessage 202.
 module knows nothing of LiveKit; front ends hand it a Transport. Typed input from outside
 the protocol (``Typed``: ``lk.chat``) is a user turn under a UserMessage's rules; a grant
 changed (``Regranted``) holds from the next envelope; observers see each turn's answer,
-never its reasoning (:mod:`.observer`). Variations are served by :mod:`.variation`.
-"""
+never its reasoning (:mod:`.observer`). Variations: :mod:`.variation`; a turn whose asker
+left is named to it by a recoverable error when it resumes: :mod:`.away`."""
 
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ from alicia.protocol import (
 )
 from alicia.protocol import ids as id_prefix
 
+from .away import CutWhileAway
 from .data_key import DataKeyLoader, SealedSteps
 from .observer import AnswerObserver
 from .options import EngineOptions
@@ -144,6 +145,7 @@ class ProtocolSession:
         """Turns being served, oldest first."""
         self._ids: OrderedDict[str, None] = OrderedDict()
         """Message ids of this conversation (user messages, answers), to refuse reuse."""
+        self._cut_away = CutWhileAway()  # told when they resume
         self.summary_slots = asyncio.Semaphore(options.summary_concurrency)
         self.late_summaries = 0  # model summaries dropped because the answer had started
         self.refused: Counter[str] = Counter()
@@ -504,6 +506,7 @@ class ProtocolSession:
             p.resumed = (asked, out.last)  # the Acknowledgement and reply included
             for data in replay:
                 await out.transmit(data, [p.identity], "replay")
+            await self._cut_away.tell(p.identity, self.id, out.emit)  # see .away
         logger.info(
             "resumed", extra={"participant": p.identity, "seen": seen, "replayed": len(replay)}
         )
@@ -562,6 +565,7 @@ class ProtocolSession:
             return
         if p.edit_timer is not None:
             p.edit_timer.cancel()
+        self._cut_away.note(identity, self.turns)  # those still running: told if it resumes
         for turn in [t for t in self.turns if t.request.requester == identity]:
             turn.stop()  # its source closes the answer for the others, then ends
         if self._source is not None:

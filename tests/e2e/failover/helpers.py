@@ -217,6 +217,8 @@ class FollowingClient:
         """(identity, time.monotonic() it was first trusted) of each agent followed."""
         self.resumed: list[float] = []
         """time.monotonic() when each resume was answered."""
+        self.reconnected: list[float] = []
+        """time.monotonic() of each reconnection of the client's link (the SDK's event)."""
         self.heard: list[tuple[str, float, bytes]] = []
         """(sender, time.monotonic(), bytes) of every packet any agent sent it."""
         self._trust = AgentTrust(agent_name=None, expected_identity=None)
@@ -226,6 +228,7 @@ class FollowingClient:
         room.on("participant_connected", self._on_participant)
         room.on("participant_attributes_changed", self._on_attributes)
         room.on("participant_disconnected", self._on_left)
+        room.on("reconnected", self._on_reconnected)
         for p in room.remote_participants.values():
             self._on_participant(p)
 
@@ -261,6 +264,15 @@ class FollowingClient:
         self.agents.append((participant.identity, time.monotonic()))
         self._event.set()
         if not first:  # a new agent took over: resume with it
+            task = asyncio.get_running_loop().create_task(self._resume())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _on_reconnected(self) -> None:
+        """The SDK brought the link back (perhaps into the room started again on another
+        node): resume with the agent, as the client library does."""
+        self.reconnected.append(time.monotonic())
+        if self.agent:
             task = asyncio.get_running_loop().create_task(self._resume())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
