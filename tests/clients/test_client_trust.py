@@ -329,3 +329,34 @@ async def test_an_agent_that_does_not_announce_the_protocol_is_never_trusted(
     assert turn.answer == ANSWER
     assert "FORGED" not in shown(session)
     assert from_clients(avatar) == []
+
+
+async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
+    livekit_server: LiveKitServer,
+) -> None:
+    """LiveKit's SDK reconnected the room (a lost link, or a room started again on another
+    node when its node died): envelopes sent meanwhile may be lost, so the session resumes
+    with the agent it trusts (§4.9: lastSequenceSeen = the last it saw) and says so."""
+    room = new_id("conv")
+    events: list[AgentEvent] = []
+    session = ClientSession()
+    session.on_agent(events.append)
+    async with session:
+        await session.connect(livekit_server.url, token(livekit_server, room))
+        async with scripted_agent(livekit_server, room, identity="agent-a") as a:
+            await session.wait_for_agent(15)
+            await session.handshake()
+            await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
+            seen = last_stanza(a)
+            session.room.emit("reconnected")  # what the SDK emits once the link is back
+            await until(lambda: events != [], what="the resume")
+            after = await session.wait_turn(await session.ask("again"), timeout=15)
+    assert [c.last_sequence_seen for c in from_clients(a, Configuration)] == [0, seen]
+    [resumed] = events
+    assert isinstance(resumed, AgentResumed) and resumed.replayed
+    assert (resumed.identity, resumed.previous, resumed.last_sequence_seen) == (
+        "agent-a",
+        "agent-a",
+        seen,
+    )
+    assert after.answer == ANSWER
