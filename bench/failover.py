@@ -72,12 +72,13 @@ STREAM = "deepseek_reasoning_content"
 
 
 @contextlib.asynccontextmanager
-async def llm_process(chunk_delay: float) -> AsyncIterator[str]:
-    """``python -m alicia.harness.recorded_llm`` in its own process; its base URL."""
+async def llm_process(chunk_delay: float, stream: str = STREAM) -> AsyncIterator[str]:
+    """``python -m alicia.harness.recorded_llm`` in its own process, answering ``stream``;
+    its base URL."""
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "alicia.harness.recorded_llm", "--port", str(port),
-        "--chunk-delay", str(chunk_delay), "--default", STREAM,
+        "--chunk-delay", str(chunk_delay), "--default", stream,
         cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip

@@ -54,6 +54,18 @@ TINY: Final = [
             "stale_rows",
         ),
     ),
+    (
+        "bench/capacity.py",
+        ["--rooms", "1", "--seconds", "2"],
+        (
+            "rooms",
+            "storage_rows_per_room_s",
+            "storage_bytes_per_room_s",
+            "failover_rows_per_room_s",
+            "failover_bytes_per_room_s",
+            "renewals_per_room_s",
+        ),
+    ),
 ]
 """Benchmarks against the real servers with tiny parameters (a migration or an API change
 that breaks one fails here, not silently)."""

@@ -94,6 +94,7 @@ LANES: Final = (
         "timing",
         (
             "tests/e2e/failover/",
+            "tests/e2e/cluster/",  # takeovers and a node's death on two nodes
             "tests/e2e/test_client_trust_worker.py",  # takeovers too
             "tests/e2e/observability/test_failover_traces.py",  # a takeover's spans
             "tests/e2e/test_zdr_renditions.py",  # a takeover under ZDR

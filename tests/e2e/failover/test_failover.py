@@ -148,7 +148,10 @@ async def takeover(
     tmp_path: Path,
     *,
     restart_watcher: bool,
+    rooms_n: int = ROOMS,
 ) -> None:
+    """``kill -9`` of the worker holding ``rooms_n`` rooms mid-turn (see the module
+    docstring); ``livekit`` may be a cluster (``tests/e2e/cluster``)."""
     url = await new_database("postgres", postgres_server, tmp_path, "failover")
     env = worker_env(url, **LEASE)
     spec = llm.spec(STREAM)
@@ -158,7 +161,7 @@ async def takeover(
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         # Paced to about 90 s: the second worker's start took long enough on a loaded
         # machine for 35 s turns to end before the kill (no turn cut, no ErrorMessage).
-        rooms = await rooms_mid_turn(livekit, llm, stack, ROOMS, STREAM, pace=0.25)
+        rooms = await rooms_mid_turn(livekit, llm, stack, rooms_n, STREAM, pace=0.25)
         olds = {c.agent for _, c, _ in rooms}
         second = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         ended = [room for room, c, user_id in rooms if c.turn_ended(user_id)]
@@ -215,7 +218,7 @@ async def takeover(
                 await asyncio.sleep(0.2)
             assert [r["completion_status"] for r in rows] == ["failed"]
         # A new turn works in every room.
-        llm.script(*[STREAM] * ROOMS)
+        llm.script(*[STREAM] * rooms_n)
         again = [(room, client, await client.ask(spec.user)) for room, client, _ in rooms]
         for _, client, user_id in again:
             await client.wait_turn_end(user_id, within=90)

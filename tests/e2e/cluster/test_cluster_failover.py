@@ -1,17 +1,22 @@
-"""A livekit-server node dies (``kill -9``) under rooms mid-turn, on a 2-node cluster.
+"""Failover on a 2-node cluster: a worker that dies, then a livekit-server node that dies.
 
 The module's cluster (two nodes, one Redis, haproxy in front, webhooks from both nodes to
 the watcher), Postgres, the watcher and two failover workers, all reaching LiveKit through
-the balancer, as a deployment would. Four rooms, each with a client (through the
-balancer) whose question is being answered; the node that hosts most of them (Redis's
-``room_node_map``) is killed. Its rooms are gone from LiveKit. LiveKit's SDK brings every
-participant back through the balancer to the node that is left, where the room starts
-again; the agent serves it again (the same one: its process lives, with its lease), and
-every client resumes from what it last saw (§4.9, on the SDK's ``reconnected``): each
-client then holds exactly the envelopes logged for it (nothing lost, nothing twice), the
-stepIndex chains are whole, what it holds is what is stored, the cut turn is closed, and a
-new turn works everywhere. The time from the kill to each lost room's first envelope is
-printed (``NODE_DEATH`` line).
+the balancer, as a deployment would.
+
+* ``kill -9`` of the worker holding four rooms mid-turn: as on one node
+  (``tests/e2e/failover/test_failover.py``'s takeover), the watcher deciding on webhooks
+  from both nodes: every room gets a new agent, every client resumes, nothing lost or
+  shown twice, the cut turn closed with its 503, a new turn works.
+* ``kill -9`` of the node hosting most of four rooms mid-turn (Redis's ``room_node_map``;
+  the last test: it leaves the module's cluster one node short). Its rooms are gone from
+  LiveKit. LiveKit's SDK brings every participant back through the balancer to the node
+  that is left, where the room starts again; the agent serves it again (the same one: its
+  process lives, with its lease), and every client resumes from what it last saw (§4.9, on
+  the SDK's ``reconnected``): each client then holds exactly the envelopes logged for it
+  (nothing lost, nothing twice), the stepIndex chains are whole, what it holds is what is
+  stored, the cut turn is closed, and a new turn works everywhere. The time from the kill
+  to each lost room's first envelope is printed (``NODE_DEATH`` line).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from alicia.harness.cluster import LiveKitCluster
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, ErrorMessage
 from tests.e2e.failover.helpers import LEASE, rooms_mid_turn, running_watcher, worker_env
-from tests.e2e.failover.test_failover import check_consistent, summary
+from tests.e2e.failover.test_failover import check_consistent, summary, takeover
 from tests.e2e.worker import running_worker
 from tests.support.db import new_database
 
@@ -39,6 +44,24 @@ LLM_STREAMS = "shared"  # llm (tests/conftest.py): the streams of tests/streams 
 LLM_OPTIONS = {"chunk_delay": 0.02}
 STREAM = "deepseek_reasoning_content"
 ROOMS = 4
+
+
+async def test_kill_9_of_a_worker_moves_its_rooms_across_nodes_with_nothing_lost(
+    cluster: LiveKitCluster,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    watch_port: int,
+    tmp_path: Path,
+) -> None:
+    await takeover(
+        cluster,  # type: ignore[arg-type]
+        postgres_server,
+        llm,
+        watch_port,
+        tmp_path,
+        restart_watcher=False,
+        rooms_n=ROOMS,
+    )
 
 
 async def test_a_node_that_dies_leaves_no_room_without_its_conversation(
