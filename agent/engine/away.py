@@ -36,15 +36,22 @@ class CutWhileAway:
     def __init__(self) -> None:
         """Nothing remembered."""
         self._cut: OrderedDict[str, list[str]] = OrderedDict()
+        self._noted: OrderedDict[str, None] = OrderedDict()
+        """Every turn noted (bounded): a turn is told once, however often its asker left."""
 
     def note(self, identity: str, turns: Iterable[TurnProjection]) -> None:
         """``identity`` left: its ``turns`` still running are remembered."""
         mine = [t for t in turns if t.request.requester == identity]
         running = [t.request.user_id for t in mine if not t.ended]
+        running = [u for u in running if u not in self._noted]
         if not running:
             return
+        for user_id in running:
+            self._noted[user_id] = None
+        while len(self._noted) > KEPT * KEPT:
+            self._noted.popitem(last=False)
         cut = self._cut.setdefault(identity, [])
-        cut[:] = [*cut, *(u for u in running if u not in cut)][-KEPT:]  # a turn once
+        cut[:] = [*cut, *running][-KEPT:]
         self._cut.move_to_end(identity)
         while len(self._cut) > KEPT:
             self._cut.popitem(last=False)

@@ -45,6 +45,8 @@ async def test_the_running_turns_of_who_left_are_told_once_as_recoverable_503s()
     assert (error.code, error.recoverable, error.originating_id) == (503, True, "msg_a")
     assert error.conversation_id == "conv_1"
     assert await told(away, "alice") == []  # once
+    away.note("alice", turns)  # left again before the stopped turn had ended: not again
+    assert await told(away, "alice") == []
     assert await told(away, "bob") == []  # bob never left
 
 

@@ -217,6 +217,7 @@ class FollowingClient:
         """(identity, time.monotonic() it was first trusted) of each agent followed."""
         self.resumed: list[float] = []
         """time.monotonic() when each resume was answered."""
+        self._resuming: asyncio.Task[None] | None = None
         self.reconnected: list[float] = []
         """time.monotonic() of each reconnection of the client's link (the SDK's event)."""
         self.heard: list[tuple[str, float, bytes]] = []
@@ -264,18 +265,25 @@ class FollowingClient:
         self.agents.append((participant.identity, time.monotonic()))
         self._event.set()
         if not first:  # a new agent took over: resume with it
-            task = asyncio.get_running_loop().create_task(self._resume())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start_resume()
 
     def _on_reconnected(self) -> None:
         """The SDK brought the link back (perhaps into the room started again on another
         node): resume with the agent, as the client library does."""
         self.reconnected.append(time.monotonic())
         if self.agent:
-            task = asyncio.get_running_loop().create_task(self._resume())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start_resume()
+
+    def _start_resume(self) -> None:
+        """One resume at a time, as the client library: a later one replaces it (the SDK
+        can report two reconnections of one outage; two resumes repeating their
+        Configurations side by side run into the agent's resume rate, 504)."""
+        if self._resuming is not None and not self._resuming.done():
+            self._resuming.cancel()
+        task = asyncio.get_running_loop().create_task(self._resume())
+        self._resuming = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _on_data(self, packet: rtc.DataPacket) -> None:
         sender = packet.participant
