@@ -137,9 +137,10 @@ async def take_over(
             except AssertionError as exc:
                 raise AssertionError(f"{events}\n{w2.log()}") from exc
             second = await session.wait_turn(await session.ask(second_spec.user), timeout=30)
+            new = session.agent_identity  # before the worker stops (its agent leaves then)
     assert first.answer.split() == first_spec.answer.split()
     assert second.answer.split() == second_spec.answer.split()
-    return Takeover(events, old, session.agent_identity, seen, first, second, after)
+    return Takeover(events, old, new, seen, first, second, after)
 
 
 def check_resumed(t: Takeover) -> AgentResumed:
