@@ -106,11 +106,6 @@ class ServedProcess:
             return ""
         return self.log_path.read_text(errors="replace")[-chars:]
 
-    @property
-    def pid(self) -> int | None:
-        """The server's process id while it runs."""
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
     def kill(self) -> None:
         """SIGKILL the server, as a machine that dies would (its files stay until :meth:`stop`)."""
         if self._proc is not None and self._proc.poll() is None:
