@@ -15,6 +15,7 @@ import contextvars
 import json
 import math
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from tests.e2e.doors.matrix import Attack
 from tests.e2e.worker import WorkerProcess
 from tests.support.livekit_rooms import ProtocolClient
 
-__all__ = ["RoomSide", "rss_mb"]
+__all__ = ["RoomSide", "rss_mb", "settled_rss_mb"]
 
 CHUNK = 15 * 1024
 """Bytes per write: one data packet's worth."""
@@ -60,6 +61,23 @@ def rss_mb(pid: int) -> float:
         with contextlib.suppress(psutil.Error):
             total += p.memory_info().rss
     return total / 1e6
+
+
+async def settled_rss_mb(pid: int, *, within: float = 5.0) -> float:
+    """What ``pid``'s memory settles to once what is in flight is freed: the least of
+    samples 0.25 s apart, ending once a second of them stays within 0.3 MB (at most
+    ``within`` seconds). A flood's chunks still queued in the SDK's event queue, or
+    freed memory glibc has not handed back yet, are not kept memory; a leak does not
+    shrink."""
+    samples = [rss_mb(pid)]
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        samples.append(rss_mb(pid))
+        last = samples[-5:]
+        if len(last) == 5 and max(last) - min(last) <= 0.3:
+            break
+    return min(samples)
 
 
 def token(

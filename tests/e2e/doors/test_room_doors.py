@@ -33,7 +33,13 @@ from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
 from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
 from tests.e2e.doors.matrix import Matrix
-from tests.e2e.doors.room_attacks import RoomSide, rss_mb, session_request, token
+from tests.e2e.doors.room_attacks import (
+    RoomSide,
+    rss_mb,
+    session_request,
+    settled_rss_mb,
+    token,
+)
 from tests.e2e.voice.test_session_host_privacy import Listener
 from tests.e2e.worker import WorkerProcess, running_worker
 from tests.paths import ARTIFACTS, ROOT
@@ -175,7 +181,7 @@ async def test_every_room_door_refuses_every_attack_as_its_row_promises(
     started = time.monotonic()
     grants: asyncio.Future[object] | None = None
     for d in matrix.doors:
-        before = rss_mb(pid)
+        before = await settled_rss_mb(pid)
         attacks = matrix.run_door(d, cells, side.attack)
         if d.kind.streams and d.right.of_participants and d.name != "other topics":
             # the other room's turn, while a stream door is attacked
@@ -183,8 +189,7 @@ async def test_every_room_door_refuses_every_attack_as_its_row_promises(
             bob_steps.append(steps)
         else:
             await attacks
-        await asyncio.sleep(0.5)
-        memory[d.name] = (rss_mb(pid) - before, d.bounds.memory_mb)
+        memory[d.name] = (await settled_rss_mb(pid) - before, d.bounds.memory_mb)
         if grants is None:  # alice's turns, in the background once no one may stop them
             grants = asyncio.ensure_future(side.grant_scenario())
     assert grants is not None
