@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -23,6 +22,7 @@ from pathlib import Path
 from alicia.harness import LiveKitServer
 from tests.paths import ROOT
 from tests.support import process_logs
+from tests.support.zygote import ModuleProcess, python_module
 
 __all__ = ["NO_LOAD_LIMIT", "PROCESS_EXECUTOR", "WorkerProcess", "running_worker"]
 
@@ -42,7 +42,7 @@ from job processes, a stop of the whole process group) ask for it."""
 class WorkerProcess:
     """A started worker: its process and log file."""
 
-    proc: asyncio.subprocess.Process
+    proc: ModuleProcess
     log_path: Path
     kept: str | None = None
     """The whole log as it was when the worker stopped (its file is gone then)."""
@@ -110,21 +110,12 @@ async def running_worker(
         full_env.pop("DATABASE_URL", None)  # persistence off unless asked for
     with tempfile.TemporaryDirectory(prefix="alicia-worker-") as tmp:
         log_path = Path(tmp) / "worker.log"
-        with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "alicia.agent",
-                mode,
-                "--log-level",
-                log_level,
-                *(["--drain-timeout", "2"] if mode == "start" else []),
-                env=full_env,
-                cwd=str(ROOT),
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                process_group=0,
-            )
+        args = [mode, "--log-level", log_level]
+        args += ["--drain-timeout", "2"] if mode == "start" else []
+        as_printed = (env or {}).get("ALICIA_JOB_EXECUTOR") == "process"
+        proc = await python_module(
+            "alicia.agent", args, env=full_env, log=log_path, cwd=ROOT, fork=not as_printed
+        )
         worker = WorkerProcess(proc, log_path)
         logged = process_logs.started(f"worker {proc.pid} ({mode})", worker.text)
         try:
@@ -144,7 +135,7 @@ async def running_worker(
             process_logs.stopped(logged, worker.text)
 
 
-async def _stop(proc: asyncio.subprocess.Process, grace: float = 10.0) -> None:
+async def _stop(proc: ModuleProcess, grace: float = 10.0) -> None:
     if proc.returncode is not None:
         return
     with contextlib.suppress(ProcessLookupError):

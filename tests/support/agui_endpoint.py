@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -28,6 +27,7 @@ from livekit import api
 from alicia.harness import LiveKitServer
 from alicia.harness.ports import free_port
 from tests.paths import ROOT
+from tests.support.zygote import ModuleProcess, python_module
 
 __all__ = [
     "AguiProcess",
@@ -46,7 +46,7 @@ class AguiProcess:
 
     url: str
     """``http://127.0.0.1:<port>/agui``, as the endpoint printed it."""
-    proc: asyncio.subprocess.Process
+    proc: ModuleProcess
     log_path: Path
 
     def log(self, tail: int = 6000) -> str:
@@ -74,17 +74,7 @@ async def running_agui(
         full_env.pop("DATABASE_URL", None)
     with tempfile.TemporaryDirectory(prefix="alicia-agui-") as tmp:
         log_path = Path(tmp) / "agui.log"
-        with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "alicia.agent.agui",
-                env=full_env,
-                cwd=str(ROOT),
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                process_group=0,
-            )
+        proc = await python_module("alicia.agent.agui", [], env=full_env, log=log_path, cwd=ROOT)
         printed = ""
         try:
             deadline = time.monotonic() + 60

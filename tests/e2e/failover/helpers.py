@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -51,6 +50,7 @@ from alicia.protocol import (
 from tests.paths import ROOT
 from tests.support import process_logs
 from tests.support.db import fetch
+from tests.support.zygote import ModuleProcess, python_module
 
 __all__ = [
     "LEASE",
@@ -120,7 +120,7 @@ async def lease_keeper(
 class WatcherProcess:
     """A started watcher."""
 
-    proc: asyncio.subprocess.Process
+    proc: ModuleProcess
     log_path: Path
     kept: str | None = None
     """The whole log as it was when the watcher stopped (its file is gone then)."""
@@ -176,11 +176,7 @@ async def running_watcher(
     }
     with tempfile.TemporaryDirectory(prefix="alicia-watch-") as tmp:
         log_path = Path(tmp) / "watch.log"
-        with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "alicia.agent.watch", env=full_env, cwd=str(ROOT),
-                stdout=log, stderr=asyncio.subprocess.STDOUT, process_group=0,
-            )  # fmt: skip
+        proc = await python_module("alicia.agent.watch", [], env=full_env, log=log_path, cwd=ROOT)
         watcher = WatcherProcess(proc, log_path)
         logged = process_logs.started(f"watcher {proc.pid}", watcher.text)
         try:

@@ -1,0 +1,57 @@
+"""The suite's zygote (``tests/support/zygote.py``): a forked process runs a module as
+``python -m`` would, with the environment, folder, arguments, log and process group it
+was given, and its exit status, a signal's too, comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.paths import ROOT
+from tests.support.zygote import ForkedProcess, forkable, python_module
+
+MODULE = "tests.project.zygote_child"
+
+
+async def test_a_forked_module_runs_with_what_it_was_given(tmp_path: Path) -> None:
+    log = tmp_path / "child.log"
+    env = {"PYTHONPATH": str(ROOT), "ZYGOTE_PROBE": "canary"}
+    os.environ["ZYGOTE_ONLY"] = "the test process's"  # not passed on: env is all it gets
+    try:
+        proc = await python_module(MODULE, ["3", "x"], env=env, log=log, cwd=ROOT)
+    finally:
+        del os.environ["ZYGOTE_ONLY"]
+    assert isinstance(proc, ForkedProcess)
+    assert await asyncio.wait_for(proc.wait(), 30) == 3
+    seen = json.loads(log.read_text().splitlines()[0])
+    assert seen == {
+        "argv": ["3", "x"],
+        "cwd": str(ROOT),
+        "probe": "canary",
+        "zygote_only": None,
+        "own_group": True,
+        "preloaded": True,
+        "main": MODULE,
+    }
+
+
+async def test_a_killed_child_reports_its_signal(tmp_path: Path) -> None:
+    log = tmp_path / "child.log"
+    env = {"PYTHONPATH": str(ROOT)}
+    proc = await python_module(MODULE, ["sleep"], env=env, log=log, cwd=ROOT)
+    while not log.read_text():
+        await asyncio.sleep(0.05)
+    assert proc.returncode is None
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert await asyncio.wait_for(proc.wait(), 30) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("key", ["ALICIA_METRICS_PORT", "PROMETHEUS_MULTIPROC_DIR"])
+def test_an_environment_read_at_import_is_not_forked(key: str) -> None:
+    assert forkable({"PYTHONPATH": str(ROOT)})
+    assert not forkable({key: "9100"})

@@ -1,0 +1,340 @@
+"""Worker processes forked from one that has already imported livekit-agents.
+
+A worker's first CPU second and a half goes to importing livekit-agents (``openai``'s
+types alone are a third of it); the suite starts a few hundred workers on 2 cores. So a
+test process starts, once, a **zygote**: ``python -m tests.support.zygote``, which imports
+the third-party modules every worker imports (:data:`PRELOADED`: none of ours, nothing
+that starts a thread) and then waits. Asked for a process, it forks; the child takes the
+request's environment (all of it: ``os.environ`` is replaced), folder, argument list and
+log file, makes its own process group (as ``process_group=0``), and runs the module as
+``python -m`` does (:func:`runpy.run_module` as ``__main__``), so the worker runs the
+same code from ``main()`` on. The zygote reaps its children and reports each exit
+status; :class:`ForkedProcess` is the test's handle, with the
+:class:`asyncio.subprocess.Process` calls the tests use.
+
+What it cannot give: a module that reads the environment when it is imported reads the
+zygote's. Of :data:`PRELOADED`'s, only ``prometheus_client`` matters here (it picks
+multiprocess mode at import, from ``PROMETHEUS_MULTIPROC_DIR``): :func:`forkable` says
+no to such an environment, and the caller runs the command itself. The tests of the
+command as a newcomer runs it (the process executor's default path) run it too.
+
+Only under pytest (``PYTEST_VERSION`` is set, in its subprocesses too):
+a benchmark run by hand executes its workers. ``ALICIA_TEST_FORK=0`` turns it off,
+``1`` on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "PRELOADED",
+    "ForkedProcess",
+    "ModuleProcess",
+    "Zygote",
+    "forkable",
+    "python_module",
+    "zygote",
+]
+
+PRELOADED: Final = (
+    "livekit.agents",
+    "livekit.agents.cli",
+    "livekit.api",
+    "livekit.rtc",
+    "livekit.plugins.openai",
+    "openai",
+    "aiohttp",
+    "msgspec",
+    "sqlalchemy.ext.asyncio",
+    "asyncpg",
+)
+"""What the zygote imports before it forks (what a text worker imports, none of ours)."""
+_UNFORKABLE: Final = ("ALICIA_METRICS_PORT", "PROMETHEUS_MULTIPROC_DIR")
+"""An environment with one of these needs ``prometheus_client`` imported afresh."""
+
+
+def forkable(env: Mapping[str, str]) -> bool:
+    """Whether a process with ``env`` may be forked from the zygote (see the module)."""
+    default = "1" if "PYTEST_VERSION" in os.environ else "0"  # a benchmark run by hand: no
+    if os.environ.get("ALICIA_TEST_FORK", default) != "1":
+        return False
+    return not any(env.get(k) for k in _UNFORKABLE)
+
+
+class ForkedProcess:
+    """A process the zygote forked: its pid, and its exit status once the zygote reaped
+    it (``-N`` for signal N, as :class:`asyncio.subprocess.Process`)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._ended = threading.Event()
+        self._code: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status, or ``None`` while it runs."""
+        return self._code
+
+    def _exited(self, code: int) -> None:
+        self._code = code
+        self._ended.set()
+
+    async def wait(self) -> int:
+        """Until it ended; its exit status."""
+        while not self._ended.is_set():
+            await asyncio.sleep(0.05)
+        assert self._code is not None
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the process (nothing once it is reaped)."""
+        if self._code is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+
+class Zygote:
+    """The test process's side: the zygote's process, one request at a time."""
+
+    def __init__(self, cwd: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=str(cwd),
+            env=env,
+            process_group=0,
+        )
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._lock = threading.Lock()
+        self._children: dict[int, ForkedProcess] = {}
+        self._early: dict[int, int] = {}
+        self._replies: list[dict[str, Any]] = []
+        self._reply = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            msg = json.loads(line)
+            if "exit" in msg:
+                with self._reply:
+                    child = self._children.pop(msg["exit"], None)
+                    if child is None:
+                        self._early[msg["exit"]] = msg["code"]
+                if child is not None:
+                    child._exited(msg["code"])
+                continue
+            with self._reply:
+                self._replies.append(msg)
+                self._reply.notify_all()
+        with self._reply:  # the zygote is gone: so are its children's statuses
+            self._replies.append({"error": "the zygote exited"})
+            self._reply.notify_all()
+            for child in self._children.values():
+                child._exited(-signal.SIGKILL)
+
+    def _spawn(
+        self, module: str, args: Sequence[str], env: Mapping[str, str], cwd: str, log: Path
+    ) -> ForkedProcess:
+        request = {"module": module, "args": list(args), "env": dict(env), "cwd": cwd}
+        request["log"] = str(log)
+        log.touch()  # read by the caller at once
+        with self._lock:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self._proc.stdin.flush()
+            with self._reply:
+                if not self._reply.wait_for(lambda: bool(self._replies), timeout=30):
+                    raise RuntimeError("the zygote did not answer in 30 s")
+                reply = self._replies.pop(0)
+                if "pid" not in reply:
+                    raise RuntimeError(f"the zygote could not fork: {reply}")
+                child = ForkedProcess(int(reply["pid"]))
+                code = self._early.pop(child.pid, None)
+                if code is None:
+                    self._children[child.pid] = child
+        if code is not None:
+            child._exited(code)
+        return child
+
+    async def spawn(
+        self, module: str, args: Sequence[str], *, env: Mapping[str, str], cwd: str, log: Path
+    ) -> ForkedProcess:
+        """``python -m module *args`` with ``env`` in ``cwd``, its output to ``log``,
+        forked from the zygote."""
+        return await asyncio.to_thread(self._spawn, module, args, env, cwd, log)
+
+    def close(self) -> None:
+        """Stop the zygote (it kills the process groups of its children still running)."""
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+_ZYGOTE: Zygote | None = None
+_STARTING = threading.Lock()
+
+
+def zygote(cwd: Path) -> Zygote:
+    """This process's zygote, started on first use and stopped at exit."""
+    global _ZYGOTE
+    with _STARTING:
+        if _ZYGOTE is None:
+            import atexit
+
+            _ZYGOTE = Zygote(cwd)
+            atexit.register(_ZYGOTE.close)
+        return _ZYGOTE
+
+
+ModuleProcess = asyncio.subprocess.Process | ForkedProcess
+"""A ``python -m`` process a test started, executed or forked."""
+
+
+async def python_module(
+    module: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    log: Path,
+    cwd: Path,
+    fork: bool = True,
+) -> ModuleProcess:
+    """``python -m module *args`` in its own process group, its output to ``log``:
+    forked from this process's zygote when ``fork`` and :func:`forkable`, else executed
+    (a test of the command as printed asks ``fork=False``)."""
+    if fork and forkable(env):
+        return await zygote(cwd).spawn(module, args, env=env, cwd=str(cwd), log=log)
+    with log.open("wb") as out:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", module, *args, env=dict(env), cwd=str(cwd),
+            stdout=out, stderr=asyncio.subprocess.STDOUT, process_group=0,
+        )  # fmt: skip
+
+
+# --- the zygote's own side -------------------------------------------------------------
+
+
+def _serve() -> dict[str, Any] | None:
+    """Fork on each request; in the parent never return (until stdin ends: ``None``), in
+    a child return its request."""
+    # numpy's OpenBLAS starts a thread pool at import (one thread on 2 cores): one
+    # thread of BLAS in the workers, and nothing but this thread to fork
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    for name in PRELOADED:
+        __import__(name)
+    tasks = len(os.listdir("/proc/self/task"))
+    if tasks != 1:  # a thread would not survive a fork
+        raise SystemExit(f"zygote: {tasks} threads after the imports; fork is unsafe")
+    out = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)  # what the imports print would break the replies
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    children: set[int] = set()
+    sel = selectors.DefaultSelector()
+    sel.register(0, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    pending = b""
+
+    def reply(msg: dict[str, Any]) -> None:
+        os.write(out, json.dumps(msg).encode() + b"\n")
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+            reply({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    while True:
+        for key, _ in sel.select():
+            if key.fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                reap()
+                continue
+            chunk = os.read(0, 1 << 20)
+            if not chunk:  # the test process is gone: so go the children
+                for pid in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+                return None
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request: dict[str, Any] = json.loads(line)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    sel.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    for fd in (wake_r, wake_w, out, devnull):
+                        os.close(fd)
+                    return request
+                with contextlib.suppress(OSError):  # the child does too: whoever is first
+                    os.setpgid(pid, pid)
+                children.add(pid)
+                reply({"pid": pid})
+        reap()
+
+
+def _become(request: dict[str, Any]) -> None:
+    """In the forked child: the request's process group, folder, files and environment."""
+    os.setpgid(0, 0)
+    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = [request["module"], *request["args"]]
+
+
+if __name__ == "__main__":
+    _request = _serve()
+    if _request is not None:
+        import runpy
+
+        _become(_request)
+        runpy.run_module(_request["module"], run_name="__main__", alter_sys=True)
