@@ -30,7 +30,7 @@ ROOMS_KEYS = (
 def test_the_rooms_benchmark_ends_with_its_result_line(tmp_path: Path) -> None:
     """Two rooms, a 3 s window: the worker, the worker with telemetry on, then the floor,
     under token-level streams."""
-    args = ["--rooms", "2", "--seconds", "3", "--warmup", "1"]
+    args = ["--rooms", "2", "--seconds", "3", "--warmup", "1", "--paragraphs", "1"]
     last = last_line("bench/rooms.py", args, tmp_path, 280)
     assert re.fullmatch(result(ROOMS_KEYS), last), last
     assert " lost=0 reordered=0 " in last, last  # delivery is correctness, not speed

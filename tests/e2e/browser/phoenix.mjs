@@ -6,6 +6,8 @@
 //   SCREENSHOT   where to save the screenshot of the turn's span (PNG)
 //   CHROMIUM     browser binary (default /usr/bin/chromium)
 //   TIMEOUT_MS   per-wait limit (default 60000)
+//   INFO_MARKS   what the Info tab must show before it is read (comma-separated;
+//                default "Input")
 //
 // Waits for the turn's span (`chat <model>`), reads its Info tab (screenshot), its
 // Attributes tab and its Events tab. Prints one JSON line: the page's URL after the
@@ -41,10 +43,25 @@ page.on("request", (request) => {
   }
 });
 
-async function tab(name) {
+// The page's text once it holds every mark and stopped changing (two reads 500 ms
+// apart): Phoenix renders a tab's cards after the tab, later on a loaded machine.
+async function settled(marks) {
+  const deadline = Date.now() + timeout;
+  let last = null;
+  for (;;) {
+    const text = await page.locator("body").innerText();
+    if (marks.every((m) => text.includes(m)) && text === last) return text;
+    if (Date.now() > deadline) {
+      throw new Error(`the page never showed ${JSON.stringify(marks)} and settled:\n${text}`);
+    }
+    last = text;
+    await page.waitForTimeout(500);
+  }
+}
+
+async function tab(name, marks) {
   await page.getByRole("tab", { name }).click();
-  await page.waitForTimeout(500);
-  return await page.locator("body").innerText();
+  return await settled(marks);
 }
 
 try {
@@ -52,11 +69,10 @@ try {
   const title = page.getByText(/^chat /).last();
   await title.waitFor();
   await page.getByRole("tab", { name: /^Events/ }).waitFor();
-  await page.waitForTimeout(1500); // the Info tab's cards render after the title
-  const info = await page.locator("body").innerText();
+  const info = await settled((env.INFO_MARKS ?? "Input").split(","));
   await page.screenshot({ path: screenshot });
-  const attributes = await tab(/^Attributes/);
-  const events = await tab(/^Events/);
+  const attributes = await tab(/^Attributes/, ["llm.token_count"]);
+  const events = await tab(/^Events/, ["alicia.reasoning.step"]);
   const result = {
     url: page.url(),
     title: await title.innerText(),

@@ -32,9 +32,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 STEP = re.compile(r"^\s*▸ step (\d+): (.*)$")
 
 
-async def open_in_chromium(url: str, screenshot: Path) -> dict[str, Any]:
-    """What ``phoenix.mjs`` read on the page at ``url``."""
+async def open_in_chromium(url: str, screenshot: Path, info: list[str]) -> dict[str, Any]:
+    """What ``phoenix.mjs`` read on the page at ``url`` (its Info tab once it shows each
+    of ``info``)."""
     env = {**os.environ, "PAGE_URL": url, "SCREENSHOT": str(screenshot), "CHROMIUM": CHROMIUM}
+    env["INFO_MARKS"] = ",".join(info)
     proc = await asyncio.create_subprocess_exec(
         node_binary(),
         str(BROWSER / "phoenix.mjs"),
@@ -77,7 +79,8 @@ async def test_the_demo_with_traces_prints_its_turn_s_trace_in_phoenix(
                 assert line, "\n".join(out)
                 out.append(line.decode().rstrip())
         url = out[-1].removeprefix("Trace: ").strip()
-        page = await open_in_chromium(url, ARTIFACTS / f"phoenix-{content}.png")
+        marks = ["Input"] if content == "default" else ["Input", "Reasoning"]
+        page = await open_in_chromium(url, ARTIFACTS / f"phoenix-{content}.png", marks)
     finally:
         if demo.returncode is None:
             demo.send_signal(signal.SIGINT)
