@@ -31,6 +31,12 @@ def watch_port() -> int:
 
 
 @pytest.fixture(scope="module")
+def second_watch_port() -> int:
+    """The port of a module's second watcher (the cluster's nodes post to both)."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
 def livekit(watch_port: int) -> Iterator[LiveKitServer]:
     """A livekit-server of the module's own, posting webhooks to the watcher's port."""
     with LiveKitServer(webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as server:
@@ -38,10 +44,11 @@ def livekit(watch_port: int) -> Iterator[LiveKitServer]:
 
 
 @pytest.fixture(scope="module")
-def cluster(watch_port: int) -> Iterator[LiveKitCluster]:
+def cluster(watch_port: int, second_watch_port: int) -> Iterator[LiveKitCluster]:
     """A 2-node livekit-server cluster of the module's own (one Redis, haproxy in front),
-    every node posting webhooks to the watcher's port."""
-    with LiveKitCluster(2, webhooks=[f"http://127.0.0.1:{watch_port}/webhook"]) as nodes:
+    every node posting webhooks to both watchers' ports (a second watcher is optional)."""
+    hooks = [f"http://127.0.0.1:{p}/webhook" for p in (watch_port, second_watch_port)]
+    with LiveKitCluster(2, webhooks=hooks) as nodes:
         yield nodes
 
 

@@ -55,6 +55,20 @@ TINY: Final = [
         ),
     ),
     (
+        "bench/overload.py",
+        ["--max-rooms", "1", "--extra", "2", "--seconds", "4"],
+        (
+            "offered",
+            "served",
+            "refused",
+            "moved",
+            "dispatches",
+            "renewal_lag_max_s",
+            "step_p99_ms_served",
+            "step_p99_ms_overload",
+        ),
+    ),
+    (
         "bench/capacity.py",
         ["--rooms", "1", "--seconds", "2"],
         (
@@ -79,3 +93,5 @@ def test_the_server_benchmarks_run_with_tiny_parameters(
 ) -> None:
     last = last_line(script, args, tmp_path, 400)
     assert re.fullmatch(result(keys), last), last
+    if script == "bench/overload.py":  # no room moves off a live worker: correctness
+        assert " served=2 refused=2 moved=0 " in last, last

@@ -8,6 +8,9 @@ the balancer, as a deployment would.
   (``tests/e2e/failover/test_failover.py``'s takeover), the watcher deciding on webhooks
   from both nodes: every room gets a new agent, every client resumes, nothing lost or
   shown twice, the cut turn closed with its 503, a new turn works.
+* The same with two watchers (both nodes post to both), one of them killed (``kill -9``)
+  half a second after the worker and started again a second later: the dispatch decided
+  in the database, each room still gets exactly one new agent.
 
 A node that dies (``kill -9`` of a livekit-server) is not tested yet: the scenario (in
 git history, commit 25fc7e6, ``tests/e2e/cluster/test_node_death.py``) showed what the README
@@ -40,6 +43,7 @@ async def test_kill_9_of_a_worker_moves_its_rooms_across_nodes_with_nothing_lost
     watch_port: int,
     tmp_path: Path,
 ) -> None:
+    """One watcher, on webhooks from both nodes."""
     await takeover(
         cluster,  # type: ignore[arg-type]
         postgres_server,
@@ -48,4 +52,25 @@ async def test_kill_9_of_a_worker_moves_its_rooms_across_nodes_with_nothing_lost
         tmp_path,
         restart_watcher=False,
         rooms_n=ROOMS,
+    )
+
+
+async def test_the_same_with_two_watchers_one_killed_and_restarted_during_the_takeover(
+    cluster: LiveKitCluster,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    watch_port: int,
+    second_watch_port: int,
+    tmp_path: Path,
+) -> None:
+    """Two watchers; the first killed and restarted while the rooms move."""
+    await takeover(
+        cluster,  # type: ignore[arg-type]
+        postgres_server,
+        llm,
+        watch_port,
+        tmp_path,
+        restart_watcher=True,
+        rooms_n=ROOMS,
+        second_watch_port=second_watch_port,
     )

@@ -149,15 +149,21 @@ async def takeover(
     *,
     restart_watcher: bool,
     rooms_n: int = ROOMS,
+    second_watch_port: int | None = None,
 ) -> None:
     """``kill -9`` of the worker holding ``rooms_n`` rooms mid-turn (see the module
-    docstring); ``livekit`` may be a cluster (``tests/e2e/cluster``)."""
+    docstring); ``livekit`` may be a cluster (``tests/e2e/cluster``); with
+    ``second_watch_port`` a second watcher runs there throughout."""
     url = await new_database("postgres", postgres_server, tmp_path, "failover")
     env = worker_env(url, **LEASE)
     spec = llm.spec(STREAM)
     async with contextlib.AsyncExitStack() as stack:
         watching = running_watcher(livekit, url, port=watch_port, env=LEASE)
         watcher = await stack.enter_async_context(watching)
+        watchers = [watcher]
+        if second_watch_port is not None:
+            other = running_watcher(livekit, url, port=second_watch_port, env=LEASE)
+            watchers.append(await stack.enter_async_context(other))
         first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
         # Paced to about 90 s: the second worker's start took long enough on a loaded
         # machine for 35 s turns to end before the kill (no turn cut, no ErrorMessage).
@@ -227,8 +233,9 @@ async def takeover(
         for i, (room, client, _) in enumerate(rooms):
             await check_consistent(url, room, client, f"user{i}")
             assert _answers(client)[client.of(StartAnswer)[-1].id].split() == spec.answer.split()
-        dispatched = watcher.log(tail=10**8).count("agent dispatched")  # the whole log
-        assert dispatched >= 1
+        # the takeover's dispatches, by the watchers running now (whole logs)
+        watchers[0] = watcher
+        assert sum(w.log(tail=10**8).count("agent dispatched") for w in watchers) >= 1
 
 
 async def test_kill_9_of_a_worker_moves_its_rooms_with_nothing_lost(
