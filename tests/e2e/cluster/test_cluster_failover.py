@@ -36,41 +36,26 @@ STREAM = "deepseek_reasoning_content"
 ROOMS = 4
 
 
+@pytest.mark.parametrize("watchers", ["one watcher", "two watchers, one killed and restarted"])
 async def test_kill_9_of_a_worker_moves_its_rooms_across_nodes_with_nothing_lost(
-    cluster: LiveKitCluster,
-    postgres_server: PostgresServer,
-    llm: RecordedLLM,
-    watch_port: int,
-    tmp_path: Path,
-) -> None:
-    """One watcher, on webhooks from both nodes."""
-    await takeover(
-        cluster,  # type: ignore[arg-type]
-        postgres_server,
-        llm,
-        watch_port,
-        tmp_path,
-        restart_watcher=False,
-        rooms_n=ROOMS,
-    )
-
-
-async def test_the_same_with_two_watchers_one_killed_and_restarted_during_the_takeover(
     cluster: LiveKitCluster,
     postgres_server: PostgresServer,
     llm: RecordedLLM,
     watch_port: int,
     second_watch_port: int,
     tmp_path: Path,
+    watchers: str,
 ) -> None:
-    """Two watchers; the first killed and restarted while the rooms move."""
+    """One watcher on webhooks from both nodes; or two, the first killed and restarted
+    while the rooms move."""
+    two = watchers.startswith("two")
     await takeover(
         cluster,  # type: ignore[arg-type]
         postgres_server,
         llm,
         watch_port,
         tmp_path,
-        restart_watcher=True,
+        restart_watcher=two,
         rooms_n=ROOMS,
-        second_watch_port=second_watch_port,
+        second_watch_port=second_watch_port if two else None,
     )
