@@ -171,6 +171,10 @@ class Settings:
     job_executor: Literal["process", "thread"] = "process"
     """``ALICIA_JOB_EXECUTOR`` (default ``process``): livekit-agents runs each room in its own
     process; ``thread`` runs all rooms of this worker in one process, a thread each."""
+    job_start_timeout_s: float = 10.0
+    """``ALICIA_JOB_START_TIMEOUT`` (default 10, livekit-agents' own): seconds a job process
+    (or thread) may take to start before livekit-agents kills it and starts another; raise it
+    on a machine whose CPU is shared (a starved start is killed, and so is the next)."""
     load_threshold: float | None = None
     """``ALICIA_LOAD_THRESHOLD`` (default unset = livekit-agents' own: 0.7 with ``start``,
     unlimited with ``dev``): CPU load above which the worker takes no new rooms
@@ -374,6 +378,7 @@ class Settings:
             stt=r.optional("ALICIA_STT"),
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
+            job_start_timeout_s=r.number("ALICIA_JOB_START_TIMEOUT", 10.0, low=1.0),
             load_threshold=r.optional_number("ALICIA_LOAD_THRESHOLD"),
             native_logs="capture" if native_logs == "capture" else "stderr",
             max_rooms=r.optional_integer("ALICIA_MAX_ROOMS", low=1),

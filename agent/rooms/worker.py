@@ -153,6 +153,7 @@ def build_server(settings: Settings) -> AgentServer:
         api_key=settings.livekit_api_key,
         api_secret=settings.livekit_api_secret,
         job_executor_type=JobExecutorType(settings.job_executor),
+        initialize_process_timeout=settings.job_start_timeout_s,
         host=settings.http_host,
         port=settings.http_port,
         preload_modules=[FORKSERVER_PRELOAD],

@@ -103,6 +103,9 @@ async def running_worker(
         # worker by (1 - load) and skips one at load >= 1, so on a busy test machine
         # (chromium starting, other tests) a CPU-based load drops rooms with no agent.
         "ALICIA_MAX_ROOMS": "50",
+        # A job process starting at nice 10 beside the heaviest modules took over the
+        # default 10 s (killed, and the next too: a room with no agent for a minute).
+        "ALICIA_JOB_START_TIMEOUT": "60",
         **(env or {}),
     }
     voice = any(full_env.get(k) for k in ("ALICIA_VOICE", "ALICIA_STT", "ALICIA_TTS"))
