@@ -202,7 +202,6 @@ async def bench(workers: int, max_rooms: int, extra: int, seconds: float) -> Non
                 "WHERE agent_identity IS NOT NULL GROUP BY worker_id",
             )
             print("rooms per worker: " + " ".join(str(r["n"]) for r in rows), flush=True)
-            assert len(procs) == workers
     served_n = capacity + got
     p99_a = percentile(before, 99) if before else float("nan")
     p99_b = percentile(during, 99) if during else float("nan")
