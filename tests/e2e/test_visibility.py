@@ -81,7 +81,8 @@ async def test_each_participant_gets_exactly_the_level_its_token_grants(
             for c in clients.values():
                 await c.wait_for(AssistantSentence, is_final=True)
         except BaseException as exc:
-            raise AssertionError(f"{exc!r}\n{w.log()}") from exc
+            got = "\n".join(f"{name}: {c.got()}" for name, c in clients.items())
+            raise AssertionError(f"{exc!r}\n{got}\n{w.log()}") from exc
     canary = "classic trap"  # in the second sentence of the first step: never summarised
     assert canary in spec.steps[0]
     steps = {name: c.of(ReasoningStep) for name, c in clients.items()}

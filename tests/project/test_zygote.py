@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import ROOT
-from tests.support.zygote import ForkedProcess, forkable, python_module
+from tests.support import zygote as zygote_module
+from tests.support.zygote import ForkedProcess, Zygote, forkable, python_module
 
 MODULE = "tests.project.zygote_child"
 
@@ -55,3 +56,30 @@ async def test_a_killed_child_reports_its_signal(tmp_path: Path) -> None:
 def test_an_environment_read_at_import_is_not_forked(key: str) -> None:
     assert forkable({"PYTHONPATH": str(ROOT)})
     assert not forkable({key: "9100"})
+
+
+async def test_a_request_given_up_on_does_not_answer_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh zygote is still importing when asked: the caller gives up (here at once);
+    the child forked late for it is killed, and the next request gets its own child."""
+    own = Zygote(ROOT)
+    try:
+        env = {"PYTHONPATH": str(ROOT)}
+        monkeypatch.setattr(zygote_module, "_ANSWER_WITHIN", 0.001)
+        with pytest.raises(RuntimeError, match="did not answer"):
+            await own.spawn(MODULE, ["sleep"], env=env, cwd=str(ROOT), log=tmp_path / "a.log")
+        monkeypatch.undo()
+        proc = await own.spawn(MODULE, ["4"], env=env, cwd=str(ROOT), log=tmp_path / "b.log")
+        assert await asyncio.wait_for(proc.wait(), 30) == 4
+        assert json.loads((tmp_path / "b.log").read_text())["argv"] == ["4"]
+        # The abandoned child was forked after all, and killed on arrival, not left to
+        # its minute of sleep: the zygote reports its end.
+        for _ in range(100):
+            if -signal.SIGKILL in own._early.values():
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the abandoned child did not end: {own._early}")
+    finally:
+        own.close()

@@ -138,6 +138,17 @@ class ProtocolClient:
     def of(self, kind: type[Any]) -> list[Any]:
         return [e.body for e in self.box if isinstance(e.body, kind)]
 
+    def got(self) -> str:
+        """What arrived, in order, runs of one kind counted (for a failure's message)."""
+        runs: list[list[Any]] = []
+        for env in self.box:
+            name = type(env.body).__name__
+            if runs and runs[-1][0] == name:
+                runs[-1][1] += 1
+            else:
+                runs.append([name, 1])
+        return " ".join(f"{n}x{c}" if c > 1 else n for n, c in runs) or "nothing"
+
 
 @contextlib.asynccontextmanager
 async def protocol_client(

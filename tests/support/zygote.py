@@ -61,6 +61,8 @@ PRELOADED: Final = (
     "asyncpg",
 )
 """What the zygote imports before it forks (what a text worker imports, none of ours)."""
+_ANSWER_WITHIN: Final = 120.0
+"""How long a request waits for the zygote's fork (its first, for the zygote's imports)."""
 _UNFORKABLE: Final = ("ALICIA_METRICS_PORT", "PROMETHEUS_MULTIPROC_DIR")
 """An environment with one of these needs ``prometheus_client`` imported afresh."""
 
@@ -130,7 +132,9 @@ class Zygote:
         self._lock = threading.Lock()
         self._children: dict[int, ForkedProcess] = {}
         self._early: dict[int, int] = {}
-        self._replies: list[dict[str, Any]] = []
+        self._replies: dict[int | None, dict[str, Any]] = {}  # by request id; None: gone
+        self._abandoned: set[int] = set()  # requests that timed out: their child is killed
+        self._next_id = 0
         self._reply = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
@@ -148,10 +152,16 @@ class Zygote:
                     child._exited(msg["code"])
                 continue
             with self._reply:
-                self._replies.append(msg)
+                rid = msg.get("id")
+                if rid in self._abandoned:  # its caller gave up: nobody will stop it
+                    self._abandoned.discard(rid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(int(msg["pid"]), signal.SIGKILL)
+                    continue
+                self._replies[rid] = msg
                 self._reply.notify_all()
         with self._reply:  # the zygote is gone: so are its children's statuses
-            self._replies.append({"error": "the zygote exited"})
+            self._replies[None] = {"error": "the zygote exited"}
             self._reply.notify_all()
             for child in self._children.values():
                 child._exited(-signal.SIGKILL)
@@ -159,17 +169,24 @@ class Zygote:
     def _spawn(
         self, module: str, args: Sequence[str], env: Mapping[str, str], cwd: str, log: Path
     ) -> ForkedProcess:
-        request = {"module": module, "args": list(args), "env": dict(env), "cwd": cwd}
-        request["log"] = str(log)
+        request: dict[str, Any] = {"module": module, "args": list(args), "env": dict(env)}
+        request |= {"cwd": cwd, "log": str(log)}
         log.touch()  # read by the caller at once
         with self._lock:
+            self._next_id += 1
+            rid = request["id"] = self._next_id
             assert self._proc.stdin is not None
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             self._proc.stdin.flush()
             with self._reply:
-                if not self._reply.wait_for(lambda: bool(self._replies), timeout=30):
-                    raise RuntimeError("the zygote did not answer in 30 s")
-                reply = self._replies.pop(0)
+                # The first request waits for the zygote's imports: 30 s was too short on
+                # 2 cores with two CPU hogs beside five test processes
+                if not self._reply.wait_for(
+                    lambda: rid in self._replies or None in self._replies, _ANSWER_WITHIN
+                ):
+                    self._abandoned.add(rid)  # the late child is killed on arrival
+                    raise RuntimeError(f"the zygote did not answer in {_ANSWER_WITHIN:.0f} s")
+                reply = self._replies.pop(rid, None) or self._replies[None]
                 if "pid" not in reply:
                     raise RuntimeError(f"the zygote could not fork: {reply}")
                 child = ForkedProcess(int(reply["pid"]))
@@ -311,7 +328,7 @@ def _serve() -> dict[str, Any] | None:
                 with contextlib.suppress(OSError):  # the child does too: whoever is first
                     os.setpgid(pid, pid)
                 children.add(pid)
-                reply({"pid": pid})
+                reply({"pid": pid, "id": request.get("id")})
         reap()
 
 
