@@ -175,6 +175,10 @@ class Settings:
     """``ALICIA_JOB_START_TIMEOUT`` (default 10, livekit-agents' own): seconds a job process
     (or thread) may take to start before livekit-agents kills it and starts another; raise it
     on a machine whose CPU is shared (a starved start is killed, and so is the next)."""
+    idle_processes: int | None = None
+    """``ALICIA_IDLE_PROCESSES`` (default unset = livekit-agents' own: the CPUs, at most 4,
+    with ``start``; none with ``dev``): job processes (or threads) kept warm for the next
+    rooms, each with a room's models loaded (a voice room's VAD and recognizer)."""
     load_threshold: float | None = None
     """``ALICIA_LOAD_THRESHOLD`` (default unset = livekit-agents' own: 0.7 with ``start``,
     unlimited with ``dev``): CPU load above which the worker takes no new rooms
@@ -379,6 +383,7 @@ class Settings:
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
             job_start_timeout_s=r.number("ALICIA_JOB_START_TIMEOUT", 10.0, low=1.0),
+            idle_processes=r.optional_integer("ALICIA_IDLE_PROCESSES", low=0),
             load_threshold=r.optional_number("ALICIA_LOAD_THRESHOLD"),
             native_logs="capture" if native_logs == "capture" else "stderr",
             max_rooms=r.optional_integer("ALICIA_MAX_ROOMS", low=1),

@@ -7,7 +7,9 @@ up to ``agent_rejoin_timeout`` seconds; an agent already in the room, or the nex
 join, is trusted instead (:class:`~alicia.client.agent_events.AgentReplaced`), and once
 the conversation has begun the session resumes with it (PROTOCOL.md §4.9): a
 Configuration naming the conversation with ``lastSequenceSeen`` = the highest server
-|stanzaId| received. Requests wait meanwhile (:meth:`AgentFollowing._until_ready`).
+|stanzaId| received before the agent (or the link, when LiveKit's SDK reconnects it) was
+lost; what the replay sends again is dropped by its id (:mod:`alicia.client.sequence`).
+Requests wait meanwhile (:meth:`AgentFollowing._until_ready`).
 
 An agent that cannot replay (ErrorMessage 202: its worker lost what was sent) gets a
 plain Configuration (``lastSequenceSeen`` 0): the conversation continues, and the
@@ -121,6 +123,10 @@ class AgentFollowing:
     def _on_participant_left(self, participant: rtc.RemoteParticipant) -> None:
         self._check_agent()
 
+    def _on_reconnecting(self) -> None:
+        """LiveKit's SDK lost the link: the next resume asks from what had arrived."""
+        self.sequence.lost()
+
     def _on_reconnected(self) -> None:
         """LiveKit's SDK brought the link back (after a network loss, or into the room
         started again on another node when the room's node died): what the agent sent
@@ -140,6 +146,7 @@ class AgentFollowing:
         gone = self.trust.identity
         if gone is None or not self.trust.leave(self.room.remote_participants):
             return
+        self.sequence.lost()
         self._agent_seen.clear()
         self._ready.clear()
         self._cancel_resume()
@@ -187,7 +194,7 @@ class AgentFollowing:
 
     async def _resume(self, identity: str, previous: str | None) -> None:
         """Resume with a new agent (§4.9); without a replay when it cannot give one."""
-        seen = self.sequence.last_seen
+        seen = self.sequence.resume_from
 
         def config(last: int) -> Configuration:
             return Configuration(
@@ -211,6 +218,7 @@ class AgentFollowing:
                 return self._resume_failed(identity, again)
             event = AgentResumed(identity, previous, seen, replayed=False, reason=str(exc))
             self._end_unfinished(identity)
+        self.sequence.resumed()
         self._ready.set()
         self._emit(event)
 

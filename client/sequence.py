@@ -1,55 +1,90 @@
 """The server's stanza sequence as one client follows it, across agents (PROTOCOL.md §1.3).
 
 The server numbers its envelopes -1, -2, …; an agent that takes over a conversation
-continues the sequence past the old agent's last envelope, so one high mark serves every
-agent of the conversation: an envelope at or below it is a replayed duplicate, and the
-mark is the ``lastSequenceSeen`` of a resume (§4.9).
+continues the sequence past the old agent's last envelope, so one sequence serves every
+agent of the conversation. An envelope is a replayed duplicate when its stanzaId was
+accepted before (§4.9: clients de-duplicate by stanzaId; a replay overlaps what arrived).
+The ids are remembered as a set, not only as a high mark: after a link came back, what
+the agent sent into the link going down can arrive *below* what came through the new one
+(lost, then replayed), and a high mark would drop it.
 
-A new agent whose *first* envelope is at or below the mark did not continue the sequence
-(a worker that lost it; every envelope of one that continues it, its replies to the
-resume first, is above the mark): the mark restarts from its numbers, or nothing it sends
-would ever be accepted.
+A resume (§4.9) tells the agent ``lastSequenceSeen``: the highest id received before the
+link or the agent was lost (:meth:`ServerSequence.lost`), not after, so the replay covers
+what the dying link may have dropped; what it sends again that had arrived is dropped here.
+
+A new agent whose *first* envelope is at or below the high mark did not continue the
+sequence (a worker that lost it; every envelope of one that continues it, its replies to
+the resume first, is above the mark): the sequence restarts from its numbers, or nothing
+it sends would ever be accepted.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Final
 
-from alicia.protocol import StanzaOrder
-
-__all__ = ["ServerSequence"]
+__all__ = ["REMEMBERED", "ServerSequence"]
 
 logger = logging.getLogger(__name__)
 
+REMEMBERED: Final = 2000
+"""Stanza ids remembered below the high mark (twice the largest replay an agent makes,
+PROTOCOL.md §4.9's 1000): an older one is taken as seen."""
+
 
 class ServerSequence:
-    """High mark and de-duplication of the server's envelopes (see the module docstring)."""
+    """De-duplication and the resume point of the server's envelopes (see the module)."""
 
     def __init__(self) -> None:
         """No envelope seen yet."""
-        self._order = StanzaOrder("server")
+        self._high = 0
+        self._got: set[int] = set()
+        self._mark: int | None = None
         self._numbered_by: str | None = None
-        """Identity of the agent whose envelopes set the mark last."""
+        """Identity of the agent whose envelopes were accepted last."""
         self.renumbered = 0
         """New agents that did not continue the sequence."""
 
     @property
     def last_seen(self) -> int:
         """The highest |stanzaId| accepted (0: none)."""
-        return abs(self._order.last)
+        return self._high
+
+    @property
+    def resume_from(self) -> int:
+        """The ``lastSequenceSeen`` of the next resume: the high mark when the link or the
+        agent was lost (:meth:`lost`), or the current one."""
+        return self._high if self._mark is None else self._mark
+
+    def lost(self) -> None:
+        """The link or the agent is gone: the next resume asks from what arrived by now."""
+        if self._mark is None:
+            self._mark = self._high
+
+    def resumed(self) -> None:
+        """A resume was answered: the next one asks from the high mark again."""
+        self._mark = None
 
     def accept(self, agent: str, stanza_id: int) -> bool:
-        """True for a new server envelope from ``agent``; False for a duplicate."""
+        """True for a new server envelope (``stanza_id`` < 0) from ``agent``; False for a
+        duplicate."""
+        n = -stanza_id
         if agent != self._numbered_by:
-            if self._numbered_by is not None and self._order.seen(stanza_id):
+            if self._numbered_by is not None and 0 < n <= self._high:
                 logger.warning(
                     "the new agent did not continue the server's stanza sequence",
-                    extra={"agent": agent, "stanza": stanza_id, "mark": self._order.last},
+                    extra={"agent": agent, "stanza": stanza_id, "mark": -self._high},
                 )
                 self.renumbered += 1
-                self._order = StanzaOrder("server")
+                self._high, self._mark = 0, None
+                self._got.clear()
             self._numbered_by = agent
-        if self._order.seen(stanza_id):
+        if n <= 0 or n in self._got or n <= self._high - REMEMBERED:
             return False
-        self._order.check(stanza_id)
+        self._got.add(n)
+        if n > self._high:
+            self._high = n
+            if len(self._got) > 2 * REMEMBERED:
+                floor = self._high - REMEMBERED
+                self._got = {s for s in self._got if s > floor}
         return True

@@ -22,8 +22,8 @@ listeners of :meth:`ClientSession.on_agent` hear each change
 (:data:`~alicia.client.agent_events.AgentEvent`).
 
 Incoming packets are decoded in the room's data callback, checked for order
-(:mod:`alicia.client.sequence`: a new agent continues the server's sequence, so one high
-mark serves every agent and replays at or below it are dropped as duplicates), folded
+(:mod:`alicia.client.sequence`: a new agent continues the server's sequence, so the ids
+accepted serve every agent and what a replay sends again is dropped as a duplicate), folded
 into turns by :class:`~alicia.client.assembly.TurnAssembler` and passed to the listeners
 synchronously: there is no unbounded queue.
 """
@@ -143,6 +143,7 @@ class ClientSession(AgentFollowing):
         self.room.on("participant_connected", self._on_participant)
         self.room.on("participant_attributes_changed", self._on_attributes)
         self.room.on("participant_disconnected", self._on_participant_left)
+        self.room.on("reconnecting", self._on_reconnecting)
         self.room.on("reconnected", self._on_reconnected)
 
     # --- listeners ------------------------------------------------------------------
@@ -164,7 +165,8 @@ class ClientSession(AgentFollowing):
 
     @property
     def last_sequence_seen(self) -> int:
-        """The highest server |stanzaId| received (what a resume tells the agent)."""
+        """The highest server |stanzaId| received (a resume tells the agent the highest
+        received before the link or the agent was lost: ``sequence.resume_from``)."""
         return self.sequence.last_seen
 
     def on_envelope(self, listener: EnvelopeListener) -> None:
@@ -301,6 +303,7 @@ class ClientSession(AgentFollowing):
         self.room.off("participant_connected", self._on_participant)
         self.room.off("participant_attributes_changed", self._on_attributes)
         self.room.off("participant_disconnected", self._on_participant_left)
+        self.room.off("reconnecting", self._on_reconnecting)
         self.room.off("reconnected", self._on_reconnected)
         if self._config_waiter is not None and not self._config_waiter.done():
             self._config_waiter.cancel()

@@ -148,6 +148,8 @@ def build_server(settings: Settings) -> AgentServer:
     options: dict[str, Any] = {}
     if settings.failover:
         options["turn_timeout_s"] = settings.drain_turn_timeout_s
+    if settings.idle_processes is not None:
+        options["num_idle_processes"] = settings.idle_processes
     server = (DrainingServer if settings.failover else AgentServer)(
         ws_url=settings.livekit_url,
         api_key=settings.livekit_api_key,

@@ -336,7 +336,8 @@ async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
 ) -> None:
     """LiveKit's SDK reconnected the room (a lost link, or a room started again on another
     node when its node died): envelopes sent meanwhile may be lost, so the session resumes
-    with the agent it trusts (§4.9: lastSequenceSeen = the last it saw) and says so."""
+    with the agent it trusts (§4.9: lastSequenceSeen = the last it saw when the link was
+    lost, whatever came after it: what the dying link dropped can lie below) and says so."""
     room = new_id("conv")
     events: list[AgentEvent] = []
     session = ClientSession()
@@ -348,6 +349,9 @@ async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
             await session.handshake()
             await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
             seen = last_stanza(a)
+            session.room.emit("reconnecting")  # what the SDK emits when the link drops
+            await session.wait_turn(await session.ask("meanwhile"), timeout=15)
+            assert session.last_sequence_seen > seen  # arrived after the loss
             session.room.emit("reconnected")  # what the SDK emits once the link is back
             await until(lambda: events != [], what="the resume")
             after = await session.wait_turn(await session.ask("again"), timeout=15)

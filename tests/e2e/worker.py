@@ -108,6 +108,9 @@ async def running_worker(
         # A job process starting at nice 10 beside the heaviest modules took over the
         # default 10 s (killed, and the next too: a room with no agent for a minute).
         "ALICIA_JOB_START_TIMEOUT": "60",
+        # One warm job process (or thread), not two: a voice worker's each loads the VAD
+        # and the recognizer (3 CPU-s), and the suite starts dozens of workers on 2 cores.
+        "ALICIA_IDLE_PROCESSES": "1",
         **(env or {}),
     }
     voice = any(full_env.get(k) for k in ("ALICIA_VOICE", "ALICIA_STT", "ALICIA_TTS"))

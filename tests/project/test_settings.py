@@ -46,6 +46,7 @@ def test_every_variable_is_read() -> None:
         "ALICIA_STT": "livekit.plugins.deepgram:STT",
         "ALICIA_JOB_EXECUTOR": "thread",
         "ALICIA_JOB_START_TIMEOUT": "45",
+        "ALICIA_IDLE_PROCESSES": "1",
         "ALICIA_LOAD_THRESHOLD": "inf",
         "ALICIA_AGENT_NAME": "alicia",
         "ALICIA_HTTP_PORT": "8081",
@@ -74,6 +75,7 @@ def test_every_variable_is_read() -> None:
     assert s.stt == "livekit.plugins.deepgram:STT" and s.voice
     assert s.job_executor == "thread" and s.load_threshold == math.inf
     assert s.job_start_timeout_s == 45.0
+    assert s.idle_processes == 1
     assert (s.agent_name, s.http_port, s.timing_meta) == ("alicia", 8081, True)
     assert (s.max_tool_rounds, s.history_turns, s.llm_timeout_s) == (2, 5, 30.0)
     assert s.system_prompt == "Be brief."
@@ -108,6 +110,7 @@ def test_secrets_stay_out_of_repr() -> None:
         ({"ALICIA_RATE": "nan"}, "must be a number"),
         ({"ALICIA_JOB_EXECUTOR": "fork"}, "process or thread"),
         ({"ALICIA_JOB_START_TIMEOUT": "0.5"}, "ALICIA_JOB_START_TIMEOUT must be at least"),
+        ({"ALICIA_IDLE_PROCESSES": "-1"}, "ALICIA_IDLE_PROCESSES must be at least 0"),
         ({"ALICIA_MAX_ROOMS": "0"}, "ALICIA_MAX_ROOMS must be at least 1, not 0"),
         ({"ALICIA_MAX_ROOMS": "-3"}, "ALICIA_MAX_ROOMS must be at least 1"),
         ({"ALICIA_MAX_ROOMS": "x"}, "ALICIA_MAX_ROOMS must be an integer"),

@@ -271,6 +271,11 @@ export class ReasoningClient {
       p === this.room.localParticipant ? this.checkAgent() : this.onParticipant(p),
     );
     this.listen(RoomEvent.Disconnected, () => this.setState({ status: "error", error: "disconnected" }));
+    // The link dropped: what the agent sends meanwhile may be lost, so once it is back,
+    // resume (§4.9) from what had arrived (a full reconnect also leaves and rejoins the
+    // agent: that path resumes too, and the two resumes run one after the other).
+    this.listen(RoomEvent.Reconnecting, () => this.sequence.lost());
+    this.listen(RoomEvent.Reconnected, () => this.reconnected());
     if (this.room.state !== ConnectionState.Connected) {
       await new Promise<void>((resolve) => this.listen(RoomEvent.Connected, () => resolve()));
     }
@@ -384,6 +389,7 @@ export class ReasoningClient {
     if (agents !== this.state.agents) this.setState({ agents });
     const gone = this.trust.identity;
     if (!gone || !this.trust.leave(this.room.remoteParticipants)) return;
+    this.sequence.lost();
     this.ready = false;
     if (this.trust.successor(this.room.remoteParticipants)) return this.adopted();
     const seconds = this.opts.agentTimeoutMs / 1000;
@@ -407,11 +413,20 @@ export class ReasoningClient {
     void this.resume(identity, previous);
   }
 
+  /** The room's link came back: resume with the agent still trusted. */
+  private reconnected(): void {
+    const identity = this.trust.identity;
+    if (this.closed || !identity || !this.state.conversationId || this.state.status !== "ready") return;
+    this.ready = false;
+    this.setState({ agentState: "resuming", status: "handshake" });
+    void this.resume(identity, identity, "the link came back");
+  }
+
   /** Resume with a new agent (§4.9); without a replay when it cannot give one. */
-  private async resume(identity: string, previous?: string): Promise<void> {
-    const seen = this.sequence.high;
-    const what = previous === identity ? "rejoined" : "was replaced";
-    let text = `the agent ${what} (${identity}); resumed after server message ${seen}`;
+  private async resume(identity: string, previous?: string, why?: string): Promise<void> {
+    const seen = this.sequence.resumeFrom;
+    const what = why ?? (previous === identity ? "the agent rejoined" : "the agent was replaced");
+    let text = `${what} (${identity}); resumed after server message ${seen}`;
     try {
       await this.configure(this.configBody(seen));
     } catch (err) {
@@ -421,13 +436,15 @@ export class ReasoningClient {
       } catch (again) {
         return this.resumeFailed(identity, again);
       }
-      text = `the agent ${what} (${identity}); resumed without a replay (${String(err)})`;
+      text = `${what} (${identity}); resumed without a replay (${String(err)})`;
       const message = `the agent was replaced (${identity}) before it answered: ask again`;
       for (const turn of this.assembler.endUnfinished(503, message)) this.emit([{ kind: "done", turn }]);
     }
     if (this.trust.identity !== identity) return; // replaced again meanwhile
+    this.sequence.resumed();
     this.notice(text);
-    this.setState({ agentChanges: this.state.agentChanges + 1, agentState: "ready", status: "ready" });
+    const changes = this.state.agentChanges + (why ? 0 : 1);
+    this.setState({ agentChanges: changes, agentState: "ready", status: "ready" });
     this.setReady();
   }
 

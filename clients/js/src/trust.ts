@@ -103,11 +103,19 @@ export class AgentTrust<P extends ParticipantLike = ParticipantLike> {
   }
 }
 
+/** Stanza ids remembered below the high mark (twice the largest replay an agent makes,
+ * PROTOCOL.md §4.9's 1000): an older one is taken as seen. */
+export const REMEMBERED = 2000;
+
 /**
  * The server numbers its envelopes -1, -2, …; an agent that takes over continues the
- * sequence, so one high mark serves every agent: at or below it is a replayed duplicate,
- * and it is the lastSequenceSeen of a resume. A new agent whose first envelope is at or
- * below the mark did not continue the sequence (its worker lost it): the mark restarts.
+ * sequence. An envelope whose id was accepted before is a replayed duplicate (§4.9:
+ * clients de-duplicate by stanzaId), remembered as a set, not only as a high mark: after a
+ * link came back, what the agent sent into the link going down can arrive below what came
+ * through the new one. A resume's lastSequenceSeen is the high mark when the link or the
+ * agent was lost (`lost()`), so the replay covers what the dying link dropped. A new agent
+ * whose first envelope is at or below the mark did not continue the sequence (its worker
+ * lost it): the sequence restarts from its numbers.
  */
 export class ServerSequence {
   /** The highest |stanzaId| accepted (0: none). */
@@ -115,19 +123,45 @@ export class ServerSequence {
   /** New agents that did not continue the sequence. */
   renumbered = 0;
   private numberedBy?: string;
+  private got = new Set<number>();
+  private mark?: number;
+
+  /** The lastSequenceSeen of the next resume (see the class). */
+  get resumeFrom(): number {
+    return this.mark ?? this.high;
+  }
+
+  /** The link or the agent is gone: the next resume asks from what arrived by now. */
+  lost(): void {
+    this.mark ??= this.high;
+  }
+
+  /** A resume was answered: the next one asks from the high mark again. */
+  resumed(): void {
+    this.mark = undefined;
+  }
 
   /** True for a new server envelope from `agent`; false for a duplicate. */
   accept(agent: string, stanzaId: number): boolean {
-    const mag = -stanzaId;
+    const n = -stanzaId;
     if (agent !== this.numberedBy) {
-      if (this.numberedBy !== undefined && mag <= this.high) {
+      if (this.numberedBy !== undefined && n > 0 && n <= this.high) {
         this.renumbered++;
         this.high = 0;
+        this.mark = undefined;
+        this.got.clear();
       }
       this.numberedBy = agent;
     }
-    if (mag <= this.high) return false;
-    this.high = mag;
+    if (n <= 0 || this.got.has(n) || n <= this.high - REMEMBERED) return false;
+    this.got.add(n);
+    if (n > this.high) {
+      this.high = n;
+      if (this.got.size > 2 * REMEMBERED) {
+        const floor = this.high - REMEMBERED;
+        for (const s of this.got) if (s <= floor) this.got.delete(s);
+      }
+    }
     return true;
   }
 }

@@ -107,6 +107,19 @@ test("a takeover moves trust to the next agent; the stanza mark follows it", () 
   assert.deepEqual([seq.accept("c", -1), seq.renumbered, seq.high], [true, 1, 1]); // did not continue
 });
 
+test("what the dying link dropped is taken when replayed, and a resume asks from before the loss", () => {
+  const seq = new ServerSequence();
+  for (const n of [1, 2, 3]) seq.accept("a", -n);
+  seq.lost();
+  assert.equal(seq.accept("a", -5), true); // through the new link, before the resume
+  seq.lost(); // a second report of the same outage keeps the first mark
+  assert.deepEqual([seq.resumeFrom, seq.high], [3, 5]);
+  // the replay from 3: -4 went into the dying link, -5 had arrived
+  assert.deepEqual([seq.accept("a", -4), seq.accept("a", -5)], [true, false]);
+  seq.resumed();
+  assert.equal(seq.resumeFrom, 5);
+});
+
 /** Just enough of a livekit-client Room for the ReasoningClient. */
 class FakeRoom {
   state = ConnectionState.Connected;
@@ -201,5 +214,40 @@ test("ReasoningClient: handshake with the agent, drops others' packets, resumes 
   room.data(b, T.Configuration, -4, { conversationId: "conv_room", features: ["streaming"] });
   await off;
   assert.equal(client.getState().showReasoning, false);
+  client.close();
+});
+
+test("ReasoningClient: after its link comes back it resumes from what had arrived, and takes what the dying link dropped", async () => {
+  const room = new FakeRoom();
+  const a = person("agent-a");
+  room.remoteParticipants.set(a.identity, a);
+  const client = new ReasoningClient(room as unknown as Room, { resendMs: 50, agentTimeoutMs: 2000 });
+  const notices: string[] = [];
+  client.on((e) => e.kind === "notice" && notices.push(e.text));
+  const started = client.start();
+  await tick();
+  room.data(a, T.Configuration, -1, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  await started;
+  const id = await client.ask("6 x 7?");
+  room.data(a, T.ReasoningStep, -2, { id: "rs_1", conversationId: "c", previousId: id, content: "one", stepIndex: 1 });
+  room.emit(RoomEvent.Reconnecting);
+  // -3 went into the link going down; -4 comes through the new one before the resume
+  room.data(a, T.ReasoningStep, -4, { id: "rs_3", conversationId: "c", previousId: id, content: "three", stepIndex: 3 });
+  room.emit(RoomEvent.Reconnected);
+  await tick();
+  const resume = room.sent.at(-1);
+  assert.equal(resume?.env.type, T.Configuration);
+  assert.deepEqual([resume?.to, (resume?.env.body as Configuration).lastSequenceSeen], [["agent-a"], 2]);
+  assert.equal(client.getState().agentState, "resuming");
+  room.data(a, T.Configuration, -5, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  room.data(a, T.ReasoningStep, -3, { id: "rs_2", conversationId: "c", previousId: id, content: "two", stepIndex: 2 });
+  room.data(a, T.ReasoningStep, -4, { id: "rs_3", conversationId: "c", previousId: id, content: "three", stepIndex: 3 });
+  await tick();
+  assert.deepEqual(
+    client.turns[0].steps.map((s) => s.content),
+    ["one", "two", "three"],
+  );
+  assert.deepEqual([client.getState().agentChanges, client.getState().agentState, client.getState().status], [0, "ready", "ready"]);
+  assert.deepEqual(notices, ["the link came back (agent-a); resumed after server message 2"]);
   client.close();
 });

@@ -1,0 +1,56 @@
+"""The client library's view of the server's stanza sequence (``alicia.client.sequence``):
+de-duplication by id, and the resume point held from the moment the link or agent is lost."""
+
+from __future__ import annotations
+
+from alicia.client.sequence import REMEMBERED, ServerSequence
+
+
+def test_an_envelope_lost_below_what_arrived_is_taken_when_replayed() -> None:
+    seq = ServerSequence()
+    assert [seq.accept("a", -n) for n in (1, 2, 4)] == [True, True, True]
+    assert seq.last_seen == 4
+    # -3 went into the link that was going down; the replay brings it, and -4 again
+    assert seq.accept("a", -3) is True
+    assert seq.accept("a", -4) is False
+    assert seq.accept("a", -2) is False
+
+
+def test_a_resume_asks_from_what_had_arrived_when_the_link_was_lost() -> None:
+    seq = ServerSequence()
+    for n in (1, 2, 3):
+        seq.accept("a", -n)
+    seq.lost()
+    seq.accept("a", -5)  # through the new link, before the resume
+    seq.lost()  # a second report of the same outage keeps the first mark
+    assert (seq.resume_from, seq.last_seen) == (3, 5)
+    seq.resumed()
+    assert seq.resume_from == 5
+
+
+def test_a_new_agent_that_does_not_continue_the_sequence_restarts_it() -> None:
+    seq = ServerSequence()
+    for n in (1, 2, 3):
+        seq.accept("a", -n)
+    seq.lost()
+    assert seq.accept("b", -1) is True  # b numbers from scratch
+    assert (seq.renumbered, seq.last_seen, seq.resume_from) == (1, 1, 1)
+    assert seq.accept("b", -2) is True
+
+
+def test_a_continuing_agent_is_not_renumbered_and_client_ids_are_not_taken() -> None:
+    seq = ServerSequence()
+    seq.accept("a", -1)
+    assert seq.accept("b", -2) is True
+    assert seq.accept("b", 3) is False  # a client's number
+    assert seq.renumbered == 0
+
+
+def test_ids_far_below_the_mark_count_as_seen_and_memory_stays_bounded() -> None:
+    seq = ServerSequence()
+    top = 5 * REMEMBERED
+    for n in range(1, top + 1, 2):  # every other id: the rest never came
+        seq.accept("a", -n)
+    assert seq.accept("a", -(top - 2)) is True  # within the window: a late one
+    assert seq.accept("a", -2) is False  # far below: taken as seen
+    assert len(seq._got) <= 2 * REMEMBERED + 1
