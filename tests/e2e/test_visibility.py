@@ -37,6 +37,7 @@ def token(server: LiveKitServer, room: str, identity: str, level: str | None, *,
     return tok.with_grants(grants).to_jwt()
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("source", ["runner", "agent_session"])
 async def test_each_participant_gets_exactly_the_level_its_token_grants(
     livekit_server: LiveKitServer, llm: RecordedLLM, source: str
@@ -78,8 +79,12 @@ async def test_each_participant_gets_exactly_the_level_its_token_grants(
             question = UserMessage(id=new_id("msg"), conversation_id=room, content=spec.user)
             llm.script("deepseek_reasoning_content")
             await clients["full"].send(question)
+            # A voice room speaks its answer in real time before its last sentence is
+            # final, and runs in a niced lane: its job process started 39 s late once
+            # and its loop stood still 7 s (fO). Who gets what is tested, not how soon.
+            within = 90.0 if source == "agent_session" else 30.0
             for c in clients.values():
-                await c.wait_for(AssistantSentence, is_final=True)
+                await c.wait_for(AssistantSentence, within=within, is_final=True)
         except BaseException as exc:
             got = "\n".join(f"{name}: {c.got()}" for name, c in clients.items())
             raise AssertionError(f"{exc!r}\n{got}\n{w.log()}") from exc

@@ -199,8 +199,16 @@ class ScriptedAgent:
         self.room.off("data_received", self._on_data)
 
     def configurations(self) -> list[Configuration]:
-        """The Configuration bodies received from the client, in order."""
-        return [e.body for e in self.received if isinstance(e.body, Configuration)]
+        """The Configuration bodies received from the client, in order, each envelope once
+        (a client repeats one not answered in time as it was, with its stanzaId: on a
+        loaded machine the page's toggle was repeated once, fO)."""
+        seen: set[int] = set()
+        out = []
+        for e in self.received:
+            if isinstance(e.body, Configuration) and e.stanza_id not in seen:
+                seen.add(e.stanza_id)
+                out.append(e.body)
+        return out
 
 
 @contextlib.asynccontextmanager
