@@ -5,7 +5,7 @@ synthetic speech (P(turn ended) 0.11 to 0.73 for both, measured), so a test of t
 "a pause the model judges unfinished does not end the turn" scripts the verdict:
 ``ALICIA_TURN_DETECTION=tests.support.scripted_turns:detector`` (the worker loads it like
 any detector plugin). Its verdict, per user turn: **unfinished** until the speech has gone
-on after a first pause of :data:`PAUSE_S` or more, **finished** after that. It is judged
+on after a first pause of :data:`TURN_PAUSE_S` or more, **finished** after that. It is judged
 from the audio the detector was given, not from the predictions asked (livekit-agents
 asks again, and drops a verdict, when the VAD, lagging behind the audio on a loaded
 machine, still hears the last words): whichever predictions the first pause gets, they
@@ -28,11 +28,16 @@ from livekit import rtc
 from livekit.agents.inference import TurnDetector
 from livekit.agents.inference.eot.base import _BaseStreamingTurnDetectorStream
 
-__all__ = ["FINISHED", "PAUSE_S", "UNFINISHED", "ScriptedTurnDetector", "detector"]
+__all__ = ["FINISHED", "PAUSE_S", "TURN_PAUSE_S", "UNFINISHED", "ScriptedTurnDetector", "detector"]
 
 PAUSE_S = 0.4
 """Seconds of silence at the end of the audio before a prediction is answered (livekit-agents
 asks 0.2 s into a silence, and waits up to 1 s for the answer)."""
+TURN_PAUSE_S = 1.5
+"""Seconds of silence that make a pause of the question (the tests pause 3 s). At
+:data:`PAUSE_S` the real pause was once judged finished on a loaded machine (fP), most
+likely after a gap inside the first words from a starved sender (the recognizer heard
+"how about you to the" for "How much sleep")."""
 LOUD = 300.0
 """RMS of a 16-bit frame above which it is speech (espeak-ng's: thousands; the tests' pad
 of faint noise: 20)."""
@@ -52,7 +57,7 @@ class _ScriptedTransport:
         self._spoken = False
         """Speech was heard in this user turn (reset when the turn is committed)."""
         self._past_pause = False
-        """The speech went on after a pause of :data:`PAUSE_S` in this user turn."""
+        """The speech went on after a pause of :data:`TURN_PAUSE_S` in this user turn."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -86,7 +91,7 @@ class _ScriptedTransport:
     def push_frame(self, frame: rtc.AudioFrame) -> None:
         samples = np.frombuffer(frame.data, dtype=np.int16).astype(np.float64)
         if samples.size and np.sqrt((samples**2).mean()) > LOUD:
-            if self._spoken and self._silence_s >= PAUSE_S:
+            if self._spoken and self._silence_s >= TURN_PAUSE_S:
                 self._past_pause = True
             self._spoken, self._silence_s = True, 0.0
         else:

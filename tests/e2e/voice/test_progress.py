@@ -503,12 +503,10 @@ async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
         await listener.mic.say(interruption, irate, trailing_silence_s=0.5)
         # Long enough for the turn's next remark and its answer, had they come.
         await asyncio.sleep(max(0.0, listener.ended + 11.0 - time.monotonic()))
-        # And for the interruption's transcript: the recognizer runs behind the audio on a
-        # loaded machine (past those 11 s in two fresh-clone runs, fN and fO).
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(30.0):
-                while len(finals(listener)) < 3:
-                    await asyncio.sleep(0.1)
+        for _ in range(300):  # and up to 30 s for the interruption's transcript (it lags)
+            if len(finals(listener)) >= 3:
+                break
+            await asyncio.sleep(0.1)
         await listener.recorder.aclose()
     heard = [(t.id, t.text) for t in finals(listener)]
     assert len(heard) >= 3, heard  # the question twice, then the interruption
