@@ -162,6 +162,12 @@ class Settings:
     """``ALICIA_ENDPOINTING_MAX_DELAY`` (default 1.5): seconds of silence the agent waits
     when the model judges the turn unfinished (a pause inside a question), before it
     answers anyway."""
+    false_interruption_timeout_s: float | None = 2.0
+    """``ALICIA_FALSE_INTERRUPTION_TIMEOUT`` (default 2.0, livekit-agents' own): when the
+    user speaks over the agent, its speech pauses; if no transcript has made that speech a
+    turn this many seconds after the user stopped, the interruption was false and the agent
+    goes on. A recognizer slower than that (a loaded machine) lets the agent resume over a
+    real interruption: raise it. ``0``: no pause, any speech over the agent interrupts it."""
     stt: str | None = None
     """``ALICIA_STT`` (default unset = text only): ``module:callable`` returning a streaming
     ``livekit.agents.stt.STT``, e.g. ``livekit.plugins.deepgram:STT``."""
@@ -379,6 +385,8 @@ class Settings:
             turn_detection=_turn_detection(r.optional("ALICIA_TURN_DETECTION")),
             endpointing_min_delay_s=r.number("ALICIA_ENDPOINTING_MIN_DELAY", 0.8, low=0.0),
             endpointing_max_delay_s=r.number("ALICIA_ENDPOINTING_MAX_DELAY", 1.5, low=0.0),
+            false_interruption_timeout_s=r.number("ALICIA_FALSE_INTERRUPTION_TIMEOUT", 2.0, low=0.0)
+            or None,
             stt=r.optional("ALICIA_STT"),
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",

@@ -26,6 +26,7 @@ from livekit.agents import (
     Agent,
     AgentSession,
     EndpointingOptions,
+    InterruptionOptions,
     JobContext,
     TurnHandlingOptions,
     stt,
@@ -33,6 +34,7 @@ from livekit.agents import (
     vad,
 )
 from livekit.agents.voice import room_io
+from livekit.agents.voice.events import AgentFalseInterruptionEvent
 
 from alicia.agent.engine.tools import default_tools
 from alicia.agent.gate.room import doors_of_room
@@ -113,15 +115,21 @@ def turn_detector(settings: Settings) -> Any | None:
 def turn_handling(parts: VoiceParts, settings: Settings) -> TurnHandlingOptions:
     """With a VAD, a turn ends after ``ALICIA_ENDPOINTING_MIN_DELAY`` of silence when the
     turn detector judges it finished, and after ``ALICIA_ENDPOINTING_MAX_DELAY`` when it
-    judges it unfinished (a pause inside a question); with ``vad`` after the first."""
+    judges it unfinished (a pause inside a question); with ``vad`` after the first. Speech
+    over the agent pauses it for ``ALICIA_FALSE_INTERRUPTION_TIMEOUT``."""
     if parts.vad is None:
         return {}
     endpointing = EndpointingOptions(
         min_delay=settings.endpointing_min_delay_s, max_delay=settings.endpointing_max_delay_s
     )
     detector = turn_detector(settings)
+    interruption = InterruptionOptions(
+        false_interruption_timeout=settings.false_interruption_timeout_s
+    )
     return TurnHandlingOptions(
-        turn_detection=detector if detector is not None else "vad", endpointing=endpointing
+        turn_detection=detector if detector is not None else "vad",
+        endpointing=endpointing,
+        interruption=interruption,
     )
 
 
@@ -163,6 +171,7 @@ async def _start_session(
         turn_handling=turn_handling(parts, settings),
         **speech,
     )
+    session.on("agent_false_interruption", lambda ev: _false_interruption(ctx.room.name, ev))
     tools = session_tools(default_tools()) if settings.tools_enabled else []
     agent = Agent(instructions=settings.system_prompt, tools=tools)
     # No open session host, not even for a moment: the gated one from the start. Typed
@@ -183,3 +192,11 @@ async def _start_session(
     ctx.add_shutdown_callback(bridge.aclose)
     logger.info("voice room served by an AgentSession", extra={"room": ctx.room.name})
     return session, bridge
+
+
+def _false_interruption(room: str, ev: AgentFalseInterruptionEvent) -> None:
+    """Say that speech over the agent was judged no interruption (the agent went on)."""
+    logger.info(
+        "speech over the agent was not a turn within ALICIA_FALSE_INTERRUPTION_TIMEOUT",
+        extra={"room": room, "resumed": ev.resumed},
+    )

@@ -230,3 +230,6 @@ def test_voice_turns_end_on_the_end_of_turn_model_unless_told_otherwise() -> Non
         Settings.from_env({**REQUIRED, "ALICIA_TURN_DETECTION": "stt"})
     with pytest.raises(SettingsError, match="ALICIA_ENDPOINTING_MAX_DELAY"):
         Settings.from_env({**REQUIRED, "ALICIA_ENDPOINTING_MAX_DELAY": "0.2"})
+    assert s.false_interruption_timeout_s == 2.0
+    with pytest.raises(SettingsError, match="ALICIA_FALSE_INTERRUPTION_TIMEOUT"):
+        Settings.from_env({**REQUIRED, "ALICIA_FALSE_INTERRUPTION_TIMEOUT": "-1"})

@@ -26,6 +26,15 @@ async def test_the_default_is_the_offline_end_of_turn_model_with_both_delays() -
     detector = options.get("turn_detection")
     assert isinstance(detector, TurnDetector) and detector.model == "turn-detector-v1-mini"
     assert options.get("endpointing") == {"min_delay": 0.8, "max_delay": 1.5}
+    assert options.get("interruption") == {"false_interruption_timeout": 2.0}
+
+
+async def test_speech_over_the_agent_pauses_it_as_long_as_told_or_interrupts_at_once() -> None:
+    for told, timeout in (("20", 20.0), ("0", None)):
+        env = {**REQUIRED, "ALICIA_FALSE_INTERRUPTION_TIMEOUT": told}
+        settings = Settings.from_env(env)
+        options = turn_handling(VoiceParts(None, None, vad=object()), settings)  # type: ignore[arg-type]
+        assert options.get("interruption") == {"false_interruption_timeout": timeout}
 
 
 async def test_vad_and_a_plugin_are_taken_as_told_and_no_vad_means_no_turn_handling() -> None:

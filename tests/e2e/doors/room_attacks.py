@@ -43,9 +43,9 @@ CHUNK = 15 * 1024
 FILLER = 512 * 1024
 """Bytes an attacker goes on writing to a stream its door refused (the worker must not
 keep them)."""
-PUBLISHED_S = 3.5
-"""How long the agent may take to hear of a new participant's track (livekit-server
-announces joins in batches, every 3 s)."""
+PUBLISHED_WITHIN_S = 60.0
+"""How long the agent may take to subscribe to a new participant's track, which it does
+once it knows the track (a voice worker subscribes to every audio track)."""
 
 _CELL: contextvars.ContextVar[list[rtc.Room]] = contextvars.ContextVar("cell")
 """The rooms one attack joined (each attack runs in a task of its own), left after it."""
@@ -132,8 +132,10 @@ class RoomSide:
     ) -> rtc.Room:
         """``identity`` in the room (left when the harness ends, or by :meth:`leave`)."""
         room = rtc.Room()
-        await room.connect(
-            self.server.url, token(self.server, self.room, identity, attributes or {}, own=own)
+        await room.connect(  # subscribing to nothing: the agent's subscription is news
+            self.server.url,
+            token(self.server, self.room, identity, attributes or {}, own=own),
+            rtc.RoomOptions(auto_subscribe=False),
         )
         cell = _CELL.get(None)
         if cell is not None:
@@ -162,7 +164,10 @@ class RoomSide:
             source=rtc.TrackSource.SOURCE_MICROPHONE, preconnect_buffer=True
         )
         publication = await room.local_participant.publish_track(track, options)
-        await asyncio.sleep(PUBLISHED_S)
+        # the agent knows the track once it subscribes to it (a fixed 3.5 s was not always
+        # enough on a loaded machine: a stream refused as naming a track not the sender's)
+        async with asyncio.timeout(PUBLISHED_WITHIN_S):
+            await publication.wait_for_subscription()
         return publication.sid
 
     # -- what the worker said -------------------------------------------------------------
