@@ -76,9 +76,8 @@ ANSWER_HEARD = 0.25
 
 @pytest.fixture
 def llm(module_llm: RecordedLLM) -> RecordedLLM:
-    """The module's recorded LLM (its workers' too), what earlier tests left forgotten,
-    the worker's model routed to the progress stream, paced so that the model reasons for
-    8 s before its first answer."""
+    """The module's recorded LLM (its workers' too), reset, its model routed to the progress
+    stream, paced: the model reasons 8 s before its first answer."""
     module_llm.reset()
     module_llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
     return module_llm
@@ -446,8 +445,7 @@ async def test_a_model_that_answers_within_the_delay_gets_no_remark(
 
 
 async def remark_playing(listener: Listener, earlier: int = 0) -> Commentary:
-    """Wait for the first remark after the ``earlier`` ones and for its sound (after the
-    last question)."""
+    """Wait for the first remark after the ``earlier`` ones and its sound (after the question)."""
     async with asyncio.timeout(30.0):
         while len(listener.remarks()) <= earlier:
             await asyncio.sleep(0.05)
@@ -492,7 +490,9 @@ async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
         # The fast answer may have had a remark too, on a loaded machine: not this test's.
         earlier = len(listener.remarks())
         first = len(finals(listener))
-        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(8.0)))
+        # 16 s of reasoning: speech over the agent only pauses it until the user's turn
+        # ends, and the answer's text goes out as it streams (fS: the turn ended 8 s in)
+        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=pace(16.0)))
         pcm, rate = speak(spec.user)
         listener.ended = await listener.mic.say(pcm, rate) - PAD_S
         remark = await remark_playing(listener, earlier)
@@ -502,7 +502,7 @@ async def test_speaking_over_a_remark_interrupts_it_and_its_answer(
         spoke_wall = time.time()
         await listener.mic.say(interruption, irate, trailing_silence_s=0.5)
         # Long enough for the turn's next remark and its answer, had they come.
-        await asyncio.sleep(max(0.0, listener.ended + 11.0 - time.monotonic()))
+        await asyncio.sleep(max(0.0, listener.ended + 19.0 - time.monotonic()))
         for _ in range(300):  # and up to 30 s for the interruption's transcript (it lags)
             if len(finals(listener)) >= 3:
                 break

@@ -1,0 +1,87 @@
+"""The CPU each test costs, for finding what makes the suite long on 2 cores.
+
+An opt-in pytest plugin: ``./scripts/test -p tests.support.cpu_usage``. For each test it
+writes, to ``test-artifacts/cpu/<xdist worker>.jsonl``, the wall seconds of its setup, call
+and teardown and the CPU seconds its xdist worker's process tree spent meanwhile (the
+worker itself, the servers and worker processes it started, and what they have reaped: a
+process that leaves the tree, such as Postgres's daemonized postmaster, is not counted).
+``python -m tests.support.cpu_usage`` sums them by module, most CPU first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+
+from tests.paths import ARTIFACTS
+
+OUT = ARTIFACTS / "cpu"
+"""Where each xdist worker writes its lines."""
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its descendants, with the children they have reaped."""
+    found: dict[int, tuple[int, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            data = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        rest = data[data.rindex(")") + 2 :].split()
+        ticks = sum(int(x) for x in rest[11:15])  # utime stime cutime cstime
+        found[int(entry.name)] = (int(rest[1]), ticks)
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, (ppid, _) in found.items():
+        children[ppid].append(pid)
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += found.get(pid, (0, 0))[1]
+        stack.extend(children[pid])
+    return total / _TICK
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None]:
+    """Record the test's wall and CPU seconds."""
+    wall, cpu = time.monotonic(), tree_cpu(os.getpid())
+    yield
+    line = {
+        "test": item.nodeid,
+        "wall_s": round(time.monotonic() - wall, 2),
+        "cpu_s": round(tree_cpu(os.getpid()) - cpu, 2),
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with (OUT / f"{worker}.jsonl").open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def by_module(folder: Path = OUT) -> list[tuple[str, float, float]]:
+    """(module, CPU s, wall s) summed over the lines in ``folder``, most CPU first."""
+    cpu: dict[str, float] = defaultdict(float)
+    wall: dict[str, float] = defaultdict(float)
+    for path in folder.glob("*.jsonl"):
+        for raw in path.read_text().splitlines():
+            line = json.loads(raw)
+            module = str(line["test"]).split("::", 1)[0]
+            cpu[module] += float(line["cpu_s"])
+            wall[module] += float(line["wall_s"])
+    return sorted(((m, cpu[m], wall[m]) for m in cpu), key=lambda r: -r[1])
+
+
+if __name__ == "__main__":
+    rows = by_module(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
+    print(f"total CPU {sum(r[1] for r in rows):.0f} s, wall {sum(r[2] for r in rows):.0f} s")
+    for module, cpu_s, wall_s in rows:
+        print(f"{cpu_s:8.1f} {wall_s:8.1f}  {module}")
