@@ -25,6 +25,7 @@ from alicia.agent.llm.providers import PROFILES, resolve
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "Settings", "SettingsError", "WatchSettings", "load"]
 
+_FALSE_INTERRUPTION: Final = "ALICIA_FALSE_INTERRUPTION_TIMEOUT"
 DEFAULT_SYSTEM_PROMPT = (
     "You are Alicia, a helpful voice assistant. Think step by step, use the tools when "
     "they help, and answer in a few short sentences."
@@ -74,14 +75,12 @@ class Settings:
     database_url: str | None = field(default=None, repr=False)
     """``DATABASE_URL`` (default unset = persistence off): SQLAlchemy async URL for storage."""
     storage_close_timeout_s: float = 10.0
-    """``ALICIA_STORAGE_CLOSE_TIMEOUT`` (default 10): seconds a closing room keeps trying to
-    write what it has queued when the database is unreachable; then the rest goes to the
-    spill files (replayed by the next writer on the same database)."""
+    """``ALICIA_STORAGE_CLOSE_TIMEOUT`` (default 10): seconds a closing room tries to write
+    its queue to an unreachable database; then the rest is spilled (replayed by the next)."""
     reasoning_visibility: Literal["full", "summary", "encrypted", "none"] = "none"
-    """``ALICIA_REASONING_VISIBILITY`` (default ``none``): the reasoning a participant may
-    see when its join token grants none (attribute ``alicia.reasoning``). ``full``:
-    plaintext steps; ``summary``: a summary, the step itself only encrypted;
-    ``encrypted``: only the encrypted value; ``none``: no steps."""
+    """``ALICIA_REASONING_VISIBILITY`` (default ``none``): the reasoning of a participant
+    whose token grants none (``alicia.reasoning``). ``full``: plaintext steps; ``summary``:
+    a summary, the step only encrypted; ``encrypted``: the encrypted value; ``none``: none."""
     reasoning_keys: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
     """``ALICIA_REASONING_KEYS`` (default none): ``kid=base64(32 bytes)``, comma-separated.
     The first key encrypts reasoning values (JWE ``dir`` + ``A256GCM``), every key
@@ -89,12 +88,11 @@ class Settings:
     ``encrypted`` participants get no steps."""
     summary_model: str | None = None
     """``ALICIA_SUMMARY_MODEL`` (default unset = extractive summaries): a model on the same
-    endpoint (through chat completions, whatever ``LLM_API``) that summarises each step
-    for ``summary`` participants when the provider sends no summary of its own. It never
-    delays the answer: a summary not ready before the answer starts is dropped."""
+    endpoint (chat completions, whatever ``LLM_API``) summarising each step for ``summary``
+    participants when the provider sends none. A summary late for the answer is dropped."""
     summary_timeout_s: float = 3.0
     """``ALICIA_SUMMARY_TIMEOUT`` (default 3): seconds one summary may take; then the
-    extractive summary is used (if the answer has not started)."""
+    extractive one (if the answer has not started)."""
     summary_concurrency: int = 2
     """``ALICIA_SUMMARY_CONCURRENCY`` (default 2): summaries being made at once per
     conversation; a step beyond that gets the extractive summary at once."""
@@ -154,20 +152,15 @@ class Settings:
     endpointing_min_delay_s: float = 0.8
     """``ALICIA_ENDPOINTING_MIN_DELAY`` (default 0.8): seconds of silence after speech
     before a voice turn ends when the end-of-turn model judges it finished (or with
-    ``ALICIA_TURN_DETECTION=vad``). It must cover the recognizer's delay: livekit-agents
-    ends a turn that already holds a transcript (a question's first half) without waiting
-    for the last one, which then makes a turn of its own (the offline recognizer's comes
-    0.5 to 0.7 s after the speech)."""
+    ``ALICIA_TURN_DETECTION=vad``). It must cover the recognizer's delay (offline: 0.5 to
+    0.7 s): a transcript that comes after the turn ended makes a turn of its own."""
     endpointing_max_delay_s: float = 1.5
     """``ALICIA_ENDPOINTING_MAX_DELAY`` (default 1.5): seconds of silence the agent waits
     when the model judges the turn unfinished (a pause inside a question), before it
     answers anyway."""
     false_interruption_timeout_s: float | None = 2.0
-    """``ALICIA_FALSE_INTERRUPTION_TIMEOUT`` (default 2.0, livekit-agents' own): when the
-    user speaks over the agent, its speech pauses; if no transcript has made that speech a
-    turn this many seconds after the user stopped, the interruption was false and the agent
-    goes on. A recognizer slower than that (a loaded machine) lets the agent resume over a
-    real interruption: raise it. ``0``: no pause, any speech over the agent interrupts it."""
+    """``ALICIA_FALSE_INTERRUPTION_TIMEOUT`` (default 2.0, livekit-agents'): seconds speech
+    over the agent pauses it before it resumes with no transcript; ``0``: it interrupts."""
     stt: str | None = None
     """``ALICIA_STT`` (default unset = text only): ``module:callable`` returning a streaming
     ``livekit.agents.stt.STT``, e.g. ``livekit.plugins.deepgram:STT``."""
@@ -385,8 +378,7 @@ class Settings:
             turn_detection=_turn_detection(r.optional("ALICIA_TURN_DETECTION")),
             endpointing_min_delay_s=r.number("ALICIA_ENDPOINTING_MIN_DELAY", 0.8, low=0.0),
             endpointing_max_delay_s=r.number("ALICIA_ENDPOINTING_MAX_DELAY", 1.5, low=0.0),
-            false_interruption_timeout_s=r.number("ALICIA_FALSE_INTERRUPTION_TIMEOUT", 2.0, low=0.0)
-            or None,
+            false_interruption_timeout_s=r.number(_FALSE_INTERRUPTION, 2.0, low=0.0) or None,
             stt=r.optional("ALICIA_STT"),
             tts=r.optional("ALICIA_TTS"),
             job_executor="thread" if executor == "thread" else "process",
