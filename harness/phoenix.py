@@ -56,7 +56,9 @@ class Phoenix(ServedProcess):
     """Arize Phoenix, its UI, OTLP/HTTP receiver and REST API on one loopback port."""
 
     name = "phoenix"
-    start_timeout_s = 120.0  # its imports (pandas, pyarrow, scikit-learn) take ~15 s of CPU
+    start_timeout_s = 300.0
+    """Its imports (pandas, pyarrow, scikit-learn) take ~15 s of CPU: more than 120 s on a
+    loaded 2-core machine (fU)."""
 
     def __init__(self) -> None:
         """Pick free loopback ports."""
