@@ -83,7 +83,7 @@ async def test_a_pause_judged_unfinished_keeps_the_question_one_turn(
     assert {s.previous_id for s in steps} == {finals[-1].id}
     assert [s.step_index for s in steps] == list(range(1, len(steps) + 1))
     # Both halves were heard (a Transcription each: the pause is longer than the VAD's
-    # window), and the one answer came after the second. (pocketsphinx hears the first
-    # well, "how much sleep"; the second half alone it garbles: "cause i'm about to read".)
+    # window), and the one answer came after the second. What pocketsphinx makes of each
+    # is not this test's: "how much sleep" idle, "how about you to the" in a loaded suite
+    # (fR, fW); the second half alone "cause i'm about to read".
     assert len(finals) == 2, [t.text for t in finals]
-    assert {"much", "sleep"} & set(finals[0].text.lower().split()), finals[0].text
