@@ -10,6 +10,11 @@
   and the server API, spread over the nodes that pass its health check (``GET /`` every
   0.5 s); media goes to each node's own ICE candidates, as with LiveKit's own load
   balancer setups.
+* Each node's ``signal_relay.retry_timeout`` at :data:`RELAY_RETRY_TIMEOUT_S`, not
+  livekit-server's 7.5 s: a participant whose signalling goes through one node to a room
+  on another learns that the room's node died when the node it talks to gives up
+  relaying its next signal (its ping, every 5 s). ``bench/node_death.py`` measured it:
+  10.4 s with the default, 6.4 s with 2 s (docs/SCALING.md).
 
 :class:`LiveKitCluster` has :class:`LiveKitServer`'s ``url``, ``http_url``, ``token`` and
 ``env``, pointing at the balancer, so whatever takes a server takes a cluster.
@@ -29,7 +34,11 @@ from .ports import free_port
 from .redis import RedisServer
 from .served import ServedProcess
 
-__all__ = ["Balancer", "LiveKitCluster"]
+__all__ = ["RELAY_RETRY_TIMEOUT_S", "Balancer", "LiveKitCluster"]
+
+RELAY_RETRY_TIMEOUT_S = 2.0
+"""How long a node goes on retrying a signal it relays to another node (livekit-server's
+``signal_relay.retry_timeout``, 7.5 s by default)."""
 
 HAPROXY_CONFIG = """\
 global
@@ -93,14 +102,25 @@ class LiveKitCluster:
     """``nodes`` livekit-server nodes sharing one Redis, behind one :class:`Balancer`."""
 
     def __init__(
-        self, nodes: int = 2, *, webhooks: Sequence[str] = (), log_level: str = "info"
+        self,
+        nodes: int = 2,
+        *,
+        webhooks: Sequence[str] = (),
+        log_level: str = "info",
+        relay_retry_timeout_s: float | None = RELAY_RETRY_TIMEOUT_S,
     ) -> None:
-        """Nothing runs until :meth:`start`."""
+        """Nothing runs until :meth:`start`; ``relay_retry_timeout_s=None`` keeps
+        livekit-server's own."""
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.redis = RedisServer()
         self.nodes = [
-            LiveKitServer(log_level=log_level, webhooks=webhooks, redis=self.redis.address)
+            LiveKitServer(
+                log_level=log_level,
+                webhooks=webhooks,
+                redis=self.redis.address,
+                relay_retry_timeout_s=relay_retry_timeout_s,
+            )
             for _ in range(nodes)
         ]
         self.balancer = Balancer([f"127.0.0.1:{node.port}" for node in self.nodes])

@@ -35,17 +35,24 @@ class LiveKitServer(ServedProcess):
     start_timeout_s = 30.0
 
     def __init__(
-        self, *, log_level: str = "warn", webhooks: Sequence[str] = (), redis: str | None = None
+        self,
+        *,
+        log_level: str = "warn",
+        webhooks: Sequence[str] = (),
+        redis: str | None = None,
+        relay_retry_timeout_s: float | None = None,
     ) -> None:
         """``webhooks``: URLs livekit-server posts its webhook events to (signed with the
         dev key); ``redis``: ``host:port`` of the Redis a cluster's nodes share (distributed
-        mode; one node alone without it)."""
+        mode; one node alone without it); ``relay_retry_timeout_s``: its
+        ``signal_relay.retry_timeout`` (None: livekit-server's 7.5 s)."""
         self.pick_ports()
         self.api_key = DEV_API_KEY
         self.api_secret = DEV_API_SECRET
         self._log_level = log_level
         self.webhooks = tuple(webhooks)
         self.redis = redis
+        self.relay_retry_timeout_s = relay_retry_timeout_s
         super().__init__()
 
     @property
@@ -68,6 +75,8 @@ class LiveKitServer(ServedProcess):
         text = text.replace("level: warn", f"level: {self._log_level}")
         if self.redis:
             text += f"redis:\n  address: {self.redis}\n"
+        if self.relay_retry_timeout_s is not None:
+            text += f"signal_relay:\n  retry_timeout: {self.relay_retry_timeout_s * 1000:.0f}ms\n"
         if self.webhooks:
             urls = "".join(f"    - {url}\n" for url in self.webhooks)
             text += f"webhook:\n  api_key: {self.api_key}\n  urls:\n{urls}"

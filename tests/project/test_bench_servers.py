@@ -64,6 +64,11 @@ TINY: Final = [
         ),
     ),
     (
+        "bench/node_death.py",
+        ["--trials", "1"],
+        ("default_p50_s", "default_max_s", "tuned_p50_s", "tuned_max_s"),
+    ),
+    (
         "bench/capacity.py",
         ["--rooms", "1", "--seconds", "2"],
         (
