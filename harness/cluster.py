@@ -13,8 +13,10 @@
 * Each node's ``signal_relay.retry_timeout`` at :data:`RELAY_RETRY_TIMEOUT_S`, not
   livekit-server's 7.5 s: a participant whose signalling goes through one node to a room
   on another learns that the room's node died when the node it talks to gives up
-  relaying its next signal (its ping, every 5 s). ``bench/node_death.py`` measured it:
-  10.4 s with the default, 6.4 s with 2 s (docs/SCALING.md).
+  relaying its next signal (its ping, every 5 s): at the end of the send attempt that
+  passes the timeout (attempts of 0.5, 1, 2, 4 s: about 3.5 s with 2 s, 7.5 s with the
+  default). ``bench/node_death.py`` measured the whole: a median of 10.3 s with the
+  default, 6.4 s with 2 s (docs/SCALING.md).
 
 :class:`LiveKitCluster` has :class:`LiveKitServer`'s ``url``, ``http_url``, ``token`` and
 ``env``, pointing at the balancer, so whatever takes a server takes a cluster.

@@ -36,7 +36,8 @@ TINY: Final = [
             "p99_on_vs_off",
         ),
     ),
-    (  # one run for both branches (voice rooms, a stalled worker): 48 CPU-s as two runs
+    (  # voice rooms and a stalled worker in one run (48 CPU-s as two runs); the kill -9
+        # branch (two lines) is no longer smoke-run
         "bench/failover.py",
         ["--rooms", "1", "--voice", "--stall", "--stall-s", "4"],
         (
