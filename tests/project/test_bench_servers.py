@@ -1,6 +1,9 @@
 """The benchmarks that start their own servers, with tiny parameters: each runs as the
 README says and ends with its RESULT line (a migration or an API change that breaks one
-fails here, not silently). Their figures are not checked: speed is measured, never tested."""
+fails here, not silently). Their figures are not checked: speed is measured, never tested.
+The codec, storage and overload runs are in the suite (the overload's counts are a promise:
+no room moves off a live worker); the others are smoke runs chosen with ``-m bench``
+(``tests/support/scheduling.py``)."""
 
 from __future__ import annotations
 
@@ -84,10 +87,21 @@ TINY: Final = [
 ]
 """Benchmarks against the real servers with tiny parameters (a migration or an API change
 that breaks one fails here, not silently)."""
+SMOKE_ONLY: Final = frozenset(
+    {"bench/latency.py", "bench/failover.py", "bench/node_death.py", "bench/capacity.py"}
+)
+"""The runs left out of the suite (``pytest.mark.bench``): what they run is tested end to end
+(the worker's delivery, takeovers, a cluster, storage), each is tens of CPU-seconds."""
 
 
 @pytest.mark.parametrize(
-    ("script", "args", "keys"), TINY, ids=[" ".join([s, *a]) for s, a, _ in TINY]
+    ("script", "args", "keys"),
+    [
+        pytest.param(
+            s, a, k, id=" ".join([s, *a]), marks=[pytest.mark.bench] if s in SMOKE_ONLY else []
+        )
+        for s, a, k in TINY
+    ],
 )
 def test_the_server_benchmarks_run_with_tiny_parameters(
     script: str, args: list[str], keys: tuple[str, ...], tmp_path: Path

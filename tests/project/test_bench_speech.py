@@ -11,7 +11,8 @@ import pytest
 
 from tests.project.bench_runs import last_line, result
 
-pytestmark = pytest.mark.integration  # each starts its own servers
+# each starts its own servers; a smoke run, chosen with -m bench (tests/support/scheduling.py)
+pytestmark = [pytest.mark.integration, pytest.mark.bench]
 
 
 def test_the_progress_benchmark_runs_with_tiny_parameters(tmp_path: Path) -> None:

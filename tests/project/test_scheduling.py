@@ -21,8 +21,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from tests.paths import ROOT
+from tests.support.scheduling import chosen
 
 FOLDERS = ("tests", "demo", "bench", "alicia", "agent", "scripts")
 
@@ -54,3 +59,46 @@ def test_a_process_group_of_its_own_keeps_the_session_and_the_niceness() -> None
     assert sid == os.getsid(0)  # the same autogroup: niceness ranks it against the others
     assert pgid == pid  # killpg(pid) reaches it and its children
     assert nice == os.nice(0) + 3
+
+
+def _item(path: str, bench: bool) -> Any:
+    marker = pytest.mark.bench.mark if bench else None
+    return SimpleNamespace(path=ROOT / path, get_closest_marker=lambda name: marker)
+
+
+def _config(markexpr: str, *args: str) -> Any:
+    params = SimpleNamespace(dir=ROOT)
+    return SimpleNamespace(
+        option=SimpleNamespace(markexpr=markexpr), args=list(args), invocation_params=params
+    )
+
+
+def test_the_benchmarks_smoke_runs_run_only_when_chosen() -> None:
+    """The full tier leaves the ``bench`` smoke runs out; ``-m`` (the marks decide) or the
+    file named runs them; the overload benchmark's run (a promise on counts) stays in."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-q",
+            "tests/project",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    default = [line for line in done.stdout.splitlines() if "::" in line]
+    assert not [t for t in default if "test_bench_speech" in t or "bench/capacity.py" in t]
+    assert any("bench/overload.py" in t for t in default)
+    speech = _item("tests/project/test_bench_speech.py", bench=True)
+    assert not chosen(_config("", "tests"), speech)
+    assert chosen(_config("bench", "tests"), speech)
+    assert chosen(_config("", "tests/project/test_bench_speech.py::test_x"), speech)
+    assert chosen(_config("", "tests"), _item("tests/project/test_layers.py", bench=False))

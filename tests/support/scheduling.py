@@ -6,6 +6,12 @@ A pytest plugin (``tests/conftest.py`` loads it):
   ``postgres_server`` or ``livekit``, or its module says ``pytest.mark.integration``) is
   marked ``integration``; ``./scripts/test --quick`` runs the rest (``-m "not integration"``,
   on 3 workers, ``--dist worksteal``: an idle worker takes tests queued on a busy one).
+* **The benchmarks' smoke runs** (``pytest.mark.bench``: a benchmark run with tiny
+  parameters on servers of its own, tens of CPU-seconds each) are left out unless chosen:
+  ``-m bench`` (any ``-m``: the marks then decide) or their file named
+  (``./scripts/test tests/project/test_bench_speech.py``). They check that a script still
+  runs to its RESULT line; what they run is tested end to end elsewhere, and a suite within
+  15 minutes on 2 cores had no room for them (:func:`chosen`).
 * **Parallel workers** (pytest-xdist, ``./scripts/test`` runs ``-n``
   :data:`DEFAULT_WORKERS` ``--dist loadscope``). Each worker has its own livekit-server and
   Postgres (the session fixtures) and picks its loopback ports from a band of its own
@@ -64,6 +70,7 @@ __all__ = [
     "UNKNOWN_S",
     "Lane",
     "LaneScheduling",
+    "chosen",
     "write_durations",
 ]
 
@@ -256,8 +263,21 @@ def _durations() -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items()}
 
 
+def chosen(config: pytest.Config, item: pytest.Item) -> bool:
+    """Whether ``item`` runs: a benchmark's smoke run only when ``-m`` or its file says so."""
+    if item.get_closest_marker("bench") is None or config.option.markexpr:
+        return True
+    named = {(Path(config.invocation_params.dir) / a.split("::")[0]).resolve() for a in config.args}
+    return item.path.resolve() in named
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark integration tests; put the longest modules first."""
+    """Leave out the benchmarks' smoke runs not chosen; mark integration tests; put the
+    longest modules first."""
+    left_out = [item for item in items if not chosen(config, item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if chosen(config, item)]
     seconds = _durations()
     cost: dict[str, float] = defaultdict(float)
     module_of: dict[str, str] = {}
