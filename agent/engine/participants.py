@@ -361,3 +361,19 @@ class Participant:
         self.show_reasoning = bool(names & REASONING_FEATURES)
         self.streaming = bool(names & STREAMING_FEATURES)
         self.audio_output = Feature.AUDIO_OUTPUT in names
+
+    def features(self, *, sealing: bool, tool_use: bool) -> list[str]:
+        """The Configuration reply's features: what reasoning this participant gets, as
+        granted and asked for (the server decides), then the rest."""
+        level = self.step_level
+        reasoning: list[Feature] = []
+        if level == "full":
+            reasoning = [Feature.REASONING_STEPS]
+        elif level == "summary":
+            reasoning = [Feature.REASONING_SUMMARY]
+            if sealing:
+                reasoning.append(Feature.REASONING_ENCRYPTED)
+        elif level == "encrypted" and sealing:
+            reasoning = [Feature.REASONING_ENCRYPTED]
+        rest = [Feature.STREAMING, *([Feature.TOOL_USE] if tool_use else [])]
+        return [str(f) for f in (*reasoning, *rest)]

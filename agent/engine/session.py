@@ -54,7 +54,6 @@ from alicia.protocol import (
     DecodeError,
     Envelope,
     ErrorMessage,
-    Feature,
     OrderingError,
     ProtocolError,
     ReasoningStep,
@@ -327,23 +326,6 @@ class ProtocolSession:
 
     # -- incoming packets -----------------------------------------------------------
 
-    def _features_for(self, p: Participant) -> list[str]:
-        """The Configuration reply's features: what reasoning this participant gets, as
-        granted and asked for (the server decides), then the rest."""
-        level = p.step_level
-        sealing = self.sealer is not None
-        reasoning: list[Feature] = []
-        if level == "full":
-            reasoning = [Feature.REASONING_STEPS]
-        elif level == "summary":
-            reasoning = [Feature.REASONING_SUMMARY]
-            if sealing:
-                reasoning.append(Feature.REASONING_ENCRYPTED)
-        elif level == "encrypted" and sealing:
-            reasoning = [Feature.REASONING_ENCRYPTED]
-        rest = [Feature.STREAMING, *([Feature.TOOL_USE] if self.source.tool_use else [])]
-        return [str(f) for f in (*reasoning, *rest)]
-
     def refuse(self, reason: str, sender: str, **extra: object) -> None:
         """Count (and log) input refused or dropped for ``reason``."""
         self.refused[reason] += 1
@@ -372,7 +354,8 @@ class ProtocolSession:
             return
         try:
             if not p.accept(env.stanza_id, packet.data):
-                return  # the same envelope again: answered (or refused) the first time
+                await self._repeated(p, env)
+                return
         except OrderingError as exc:
             await self.error(p, exc, str(env.stanza_id))
             return
@@ -469,6 +452,21 @@ class ProtocolSession:
         else:
             logger.debug("message type ignored", extra={"type": env.type})
 
+    async def _repeated(self, p: Participant, env: Envelope[Any]) -> None:
+        """The same envelope again. A client repeats its Configuration until the reply
+        arrives (§4.1): the first may have gone into a link not up yet (a room started
+        again on another node), so it is answered again, a resume with its whole replay,
+        while the resume rate allows (past it: ignored). Anything else was answered (or
+        refused) the first time."""
+        if isinstance(env.body, Configuration):
+            p.resumed = (0, 0)  # no reply arrived: replay from what it asks
+            try:
+                await self._on_configuration(p, env.body)
+            except Overloaded:
+                pass
+            except ProtocolError as exc:  # as the first got (the client filters repeats')
+                await self.error(p, exc)
+
     async def _on_configuration(self, p: Participant, body: Configuration) -> None:
         if body.conversation_id and body.conversation_id != self.id:
             raise WrongConversation(
@@ -476,7 +474,8 @@ class ProtocolSession:
                 "join its room to resume it"
             )
         p.apply_features(body.features)
-        reply = Configuration(conversation_id=self.id, features=self._features_for(p))
+        features = p.features(sealing=self.sealer is not None, tool_use=self.source.tool_use)
+        reply = Configuration(conversation_id=self.id, features=features)
         seen = abs(body.last_sequence_seen or 0)
         asked, seen = seen, p.resumed[1] if seen and seen == p.resumed[0] else seen
         if body.conversation_id != self.id or seen == 0:

@@ -251,26 +251,26 @@ async def test_bad_input_gets_an_error_to_the_sender_only_and_others_keep_their_
     assert len(of(a, ReasoningStep)) == 4 and final_sentence(a)
 
 
-async def test_a_resent_envelope_is_ignored_and_another_under_its_stanza_id_refused(
+async def test_a_resent_configuration_is_answered_again_and_other_bytes_under_its_id_refused(
     llm: RecordedLLM,
 ) -> None:
     """Clients repeat an unanswered Configuration verbatim (same stanzaId, PROTOCOL.md
-    §4.1): the repeat is no error and gets no second reply. Other bytes under a stanzaId
-    already seen still break the order: ErrorMessage 202."""
+    §4.1): the repeat is no error and is answered again (its first reply may have been
+    lost). Other bytes under a stanzaId already seen still break the order: 202."""
     async with room(llm) as r:
         alice = r.client("alice")
         data = encode(envelope(Configuration(features=SHOW), stanza_id=1, conversation_id=CONV))
         alice.send_raw(data)
         alice.send_raw(data)
-        await alice.wait_for(count(Configuration, 1))
+        await alice.wait_for(count(Configuration, 2))
         alice.send(Configuration(features=[]), stanza_id=1)
         box = await alice.wait_for(count(ErrorMessage, 1))
         llm.script("plain_no_reasoning")
         alice.send(user_message("question"), stanza_id=2)
         box = await alice.wait_for(final_sentence)
 
-    assert [e.type for e in box][:2] == [T.CONFIGURATION, T.ERROR_MESSAGE]
-    assert len(of(box, Configuration)) == 1
+    assert [e.type for e in box][:3] == [T.CONFIGURATION, T.CONFIGURATION, T.ERROR_MESSAGE]
+    assert len(of(box, Configuration)) == 2
     assert [e.code for e in of(box, ErrorMessage)] == [202]
     assert [-e.stanza_id for e in box] == list(range(1, len(box) + 1))
 

@@ -22,6 +22,8 @@ from alicia.protocol import (
     MessageType,
     ReasoningStep,
     decode,
+    encode,
+    envelope,
 )
 from tests.engine.room import CONV, SHOW, count, final_sentence, handshake, of, room, user_message
 from tests.support.fakes import FakeClient, MemoryTransport
@@ -92,6 +94,44 @@ async def test_resume_replays_later_envelopes_unchanged_after_ack_and_configurat
     assert new[2:] == expected  # same bytes: original stanzaIds, bodies, ids, in order
     last = decode(new[-1]).body
     assert isinstance(last, AssistantSentence) and last.is_final
+
+
+async def test_a_resume_repeated_verbatim_is_answered_again_with_its_whole_replay(
+    llm: RecordedLLM,
+) -> None:
+    """Clients repeat an unanswered Configuration verbatim (§4.1). A resume's reply can be
+    lost (after a node's death it went into a link not up yet): the repeat gets the same
+    answer again, the whole replay from what it asks; past the resume rate (a burst of 3)
+    a repeat is ignored, with no error that would end the client's wait."""
+    async with room(llm) as r:
+        alice = r.client("alice")
+        await run_turn(alice, llm)
+        first = sent_to(r.transport, "alice")
+        seen = abs(decode(first[2]).stanza_id)
+        expected = after(first, seen)
+        r.transport.leave("alice")
+        body = Configuration(conversation_id=CONV, features=SHOW, last_sequence_seen=seen)
+        data = encode(envelope(body, stanza_id=alice.counter.next(), conversation_id=CONV))
+        answers = []
+        for _ in range(3):
+            sent = sent_to(r.transport, "alice")
+            once = {decode(d).stanza_id: d for d in after(sent, seen)}  # replays were resent
+            replay = [once[k] for k in sorted(once, reverse=True)]
+            alice.send_raw(data)
+            box = await settled(r.transport, "alice", len(sent) + 2 + len(replay))
+            answers.append((box[len(sent) :], replay))
+        alice.send_raw(data)  # a fourth: over the rate, ignored
+        after_all = await settled(r.transport, "alice", len(box))
+
+    for new, replay in answers:
+        assert len(new) == 2 + len(replay)
+        ack, conf = decode(new[0]).body, decode(new[1]).body
+        assert isinstance(ack, Acknowledgement) and ack.acknowledged_stanza_id == seen
+        assert isinstance(conf, Configuration) and conf.conversation_id == CONV
+        assert new[2:] == replay  # the whole replay each time (the turn, earlier answers)
+        assert replay[: len(expected)] == expected
+    assert after_all == box
+    assert r.conversation.refused["resume_rate"] == 1
 
 
 async def test_resume_leaves_out_steps_for_a_client_that_now_hides_reasoning(

@@ -55,6 +55,19 @@ class Held:
                 return int(line.split()[1]) if line.startswith(b"HTTP/") else 0
         return 0
 
+    async def trickle(self, data: bytes, answer: asyncio.Future[int]) -> None:
+        """Send ``data`` a byte every 0.5 s until ``answer`` (being read meanwhile) came. A
+        write after the server answered and closed resets the connection, and the kernel
+        drops an answer not read by then (HTTP 0 in a loaded suite): so it is read as it
+        arrives, and nothing more is written once it has."""
+        with contextlib.suppress(ConnectionError):
+            for byte in data:
+                if answer.done() or self.reader.at_eof():
+                    return
+                self.writer.write(bytes([byte]))
+                await self.writer.drain()
+                await asyncio.wait({answer}, timeout=0.5)
+
     async def flood(self, size: int) -> int:
         """Send ``size`` bytes of body while reading the answer (one may come, and the
         connection close, before the body is through); its status."""
@@ -217,16 +230,10 @@ class HttpSide:
         if attack in (Attack.TOO_SLOW, Attack.NEVER_FINISHED):
             assert b.deadline_s is not None
             held = await self.open(door, headers=self.bearer(me), body=run[:10], length=len(run))
+            answer = asyncio.ensure_future(held.status(b.deadline_s + 10))
             if attack is Attack.TOO_SLOW:
-                for byte in run[10:]:
-                    held.writer.write(bytes([byte]))
-                    await held.writer.drain()
-                    await asyncio.sleep(0.5)
-                    if held.reader.at_eof() or len(run) < 12:
-                        break
-                    if held.reader._buffer:  # the answer came
-                        break
-            status = await held.status(b.deadline_s + 10)
+                await held.trickle(run[10:], answer)
+            status = await answer
             return status == 408, f"a body not whole within {b.deadline_s:g} s: HTTP {status}"
         if attack is Attack.TOO_MANY:
             if post:  # bodies being received at once, by one caller
