@@ -271,10 +271,6 @@ class Participant:
     """Who the front end says this is (kind, attributes, permissions)."""
     resumes: TokenBucket | None = None
     """Resume Configurations this participant may still ask for (replay budget)."""
-    resumed: tuple[int, int] = (0, 0)
-    """The last resume answered: (its ``lastSequenceSeen``, ``|stanzaId|`` up to which it
-    gave everything addressed to this participant). The same resume repeated (its reply
-    was still on the way) replays only what came after: the link is reliable."""
     default_visibility: Visibility = "none"
     """The deployment's level for participants without a grant."""
     pending_edit: str | None = None

@@ -22,7 +22,8 @@ Every sent envelope is stored (:class:`~alicia.agent.engine.outbox.Outbox`); of 
 send, only accepted UserMessages (and the ControlStops that stopped a turn) are. A client
 that resumes (Configuration naming this conversation with ``lastSequenceSeen`` L > 0,
 PROTOCOL.md §4.9) gets an Acknowledgement of L, the Configuration, then every kept
-envelope addressed to it after L, unchanged; a gap the outbox no longer covers is served
+envelope addressed to it after L, unchanged, each time it asks (its reply may have been
+lost; resumes are rate-limited); a gap the outbox no longer covers is served
 from storage with failover on (:mod:`.takeover`, which also restores a conversation an
 agent takes over), else (or for an L never sent) answered with ErrorMessage 202. This
 module knows nothing of LiveKit; front ends hand it a Transport. Typed input from outside
@@ -459,7 +460,6 @@ class ProtocolSession:
         while the resume rate allows (past it: ignored). Anything else was answered (or
         refused) the first time."""
         if isinstance(env.body, Configuration):
-            p.resumed = (0, 0)  # no reply arrived: replay from what it asks
             try:
                 await self._on_configuration(p, env.body)
             except Overloaded:
@@ -477,7 +477,6 @@ class ProtocolSession:
         features = p.features(sealing=self.sealer is not None, tool_use=self.source.tool_use)
         reply = Configuration(conversation_id=self.id, features=features)
         seen = abs(body.last_sequence_seen or 0)
-        asked, seen = seen, p.resumed[1] if seen and seen == p.resumed[0] else seen
         if body.conversation_id != self.id or seen == 0:
             p.configured = True
             await self.outbox.send(reply, [p.identity])
@@ -502,7 +501,6 @@ class ProtocolSession:
             ack = Acknowledgement(conversation_id=self.id, acknowledged_stanza_id=seen)
             await out.emit(ack, [p.identity], None)
             await out.emit(reply, [p.identity], None)
-            p.resumed = (asked, out.last)  # the Acknowledgement and reply included
             for data in replay:
                 await out.transmit(data, [p.identity], "replay")
             await self._cut_away.tell(p.identity, self.id, out.emit)  # see .away

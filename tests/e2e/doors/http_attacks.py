@@ -57,8 +57,8 @@ class Held:
 
     async def trickle(self, data: bytes, answer: asyncio.Future[int]) -> None:
         """Send ``data`` a byte every 0.5 s until ``answer`` (being read meanwhile) came. A
-        write after the server answered and closed resets the connection, and the kernel
-        drops an answer not read by then (HTTP 0 in a loaded suite): so it is read as it
+        write after the server answered and closed resets the connection, and an answer
+        not read by then can be lost (HTTP 0 in a loaded suite): so it is read as it
         arrives, and nothing more is written once it has."""
         with contextlib.suppress(ConnectionError):
             for byte in data:

@@ -207,7 +207,13 @@ class FollowingClient:
         self.conversation_id = conversation_id
         self.counter = StanzaCounter("client")
         self.box: list[Envelope[Any]] = []
-        """Every server envelope received, in arrival order (duplicates included)."""
+        """Every server envelope received, in arrival order, each stanzaId once: the same
+        bytes again (a resume answered twice, §4.9) are counted in :attr:`duplicates` and
+        dropped, as the clients do; other bytes under a stanzaId held go to
+        :attr:`conflicts` (a bug: no client could tell which is right)."""
+        self.duplicates = 0
+        self.conflicts: list[Envelope[Any]] = []
+        self._held: dict[int, bytes] = {}
         self.agent = ""
         self.agents: list[tuple[str, float]] = []
         """(identity, time.monotonic() it was first trusted) of each agent followed."""
@@ -295,20 +301,31 @@ class FollowingClient:
             return
         env = decode(packet.data)
         if env.stanza_id < 0:
-            self.box.append(env)
-            self._event.set()
+            held = self._held.get(env.stanza_id)
+            if held is None:
+                self._held[env.stanza_id] = bytes(packet.data)
+                self.box.append(env)
+                self._event.set()
+            elif held == packet.data:
+                self.duplicates += 1
+            else:
+                self.conflicts.append(env)
 
     async def _resume(self) -> None:
         seen = self.highest
-        # The first packets to a new agent can be lost before its link is up: repeat soon,
-        # then less often (the agent answers a repeated resume without replaying twice).
+        body = Configuration(
+            conversation_id=self.conversation_id,
+            last_sequence_seen=seen,
+            features=["reasoning_step_display", "streaming"],
+        )
+        stanza = self.counter.next()
+        data = encode(envelope(body, stanza_id=stanza, conversation_id=self.conversation_id))
+        # The first packets to a new agent can be lost before its link is up, and its reply
+        # before ours is: repeat the same envelope, as the clients do (the agent answers each
+        # repeat in full within its resume rate), soon, then less often.
         for wait in (0.5, 0.5, 1.0, 2.0, 3.0, 3.0, 3.0, 3.0):
-            await self.send(
-                Configuration(
-                    conversation_id=self.conversation_id,
-                    last_sequence_seen=seen,
-                    features=["reasoning_step_display", "streaming"],
-                )
+            await self.room.local_participant.publish_data(
+                data, reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
             )
             with contextlib.suppress(TimeoutError):
                 await self.wait_for(Configuration, within=wait, after=seen)
