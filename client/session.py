@@ -346,9 +346,10 @@ class ClientSession(AgentFollowing):
                         if done:
                             break
                         # Right after joining, the agent may not know us yet and drops what
-                        # we send; repeat the same envelope (same stanzaId: a duplicate for
-                        # a server that already has it) until the reply comes. A new agent
-                        # that took over meanwhile gets the repeats.
+                        # we send, or its reply may go into a link not up yet: repeat the
+                        # same envelope (same stanzaId: the agent answers it again if its
+                        # answer went out before the repeat came) until the reply comes. A
+                        # new agent that took over meanwhile gets the repeats.
                         self._resent.add(str(env.stanza_id))
                         await self._publish(env)
                     reply = waiter.result()

@@ -267,6 +267,9 @@ class Participant:
     order: StanzaOrder = field(default_factory=lambda: StanzaOrder("client"))
     last_packet: bytes = b""
     """The last envelope accepted, as received (a verbatim repeat of it is a resend)."""
+    answered_at: float = 0.0
+    """When its last Configuration was answered (``time.monotonic``): a repeat received
+    before then crossed that answer, one received after it says the answer was lost."""
     peer: Peer = UNKNOWN_PEER
     """Who the front end says this is (kind, attributes, permissions)."""
     resumes: TokenBucket | None = None
@@ -300,7 +303,7 @@ class Participant:
 
     def accept(self, stanza_id: int, data: bytes) -> bool:
         """Check ``stanza_id``'s order: True for a new envelope, False for a verbatim
-        repeat of the last one (a client resending what got no reply yet, §4.1), else
+        repeat of the last one (a client resending what got no reply yet), else
         :class:`OrderingError`."""
         if data == self.last_packet and self.order.seen(stanza_id):
             return False

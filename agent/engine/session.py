@@ -35,6 +35,7 @@ left is named to it by a recoverable error when it resumes: :mod:`.away`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -355,7 +356,7 @@ class ProtocolSession:
             return
         try:
             if not p.accept(env.stanza_id, packet.data):
-                await self._repeated(p, env)
+                await self._repeated(p, env, packet.received_at)
                 return
         except OrderingError as exc:
             await self.error(p, exc, str(env.stanza_id))
@@ -453,19 +454,17 @@ class ProtocolSession:
         else:
             logger.debug("message type ignored", extra={"type": env.type})
 
-    async def _repeated(self, p: Participant, env: Envelope[Any]) -> None:
-        """The same envelope again. A client repeats its Configuration until the reply
-        arrives (§4.1): the first may have gone into a link not up yet (a room started
-        again on another node), so it is answered again, a resume with its whole replay,
-        while the resume rate allows (past it: ignored). Anything else was answered (or
-        refused) the first time."""
-        if isinstance(env.body, Configuration):
-            try:
+    async def _repeated(self, p: Participant, env: Envelope[Any], received_at: float) -> None:
+        """The same envelope again. A client repeats its Configuration each second until
+        the reply arrives (§4.1 makes the reply a must): one received after the last
+        answer went out says that answer was lost (it went into a link not up yet, as in
+        a room started again on another node), so it is answered again, a resume with its
+        whole replay, while the resume rate allows. A repeat that crossed the answer, one
+        over the rate, one whose answer is an error (the client cannot tell that error
+        from one about its next request), and anything else repeated: ignored."""
+        if isinstance(env.body, Configuration) and received_at > p.answered_at:
+            with contextlib.suppress(ProtocolError):
                 await self._on_configuration(p, env.body)
-            except Overloaded:
-                pass
-            except ProtocolError as exc:  # as the first got (the client filters repeats')
-                await self.error(p, exc)
 
     async def _on_configuration(self, p: Participant, body: Configuration) -> None:
         if body.conversation_id and body.conversation_id != self.id:
@@ -480,6 +479,7 @@ class ProtocolSession:
         if body.conversation_id != self.id or seen == 0:
             p.configured = True
             await self.outbox.send(reply, [p.identity])
+            p.answered_at = time.monotonic()
             return
         if p.resumes is not None and not p.resumes.take():
             self.refuse("resume_rate", p.identity)
@@ -504,6 +504,7 @@ class ProtocolSession:
             for data in replay:
                 await out.transmit(data, [p.identity], "replay")
             await self._cut_away.tell(p.identity, self.id, out.emit)  # see .away
+            p.answered_at = time.monotonic()
         logger.info(
             "resumed", extra={"participant": p.identity, "seen": seen, "replayed": len(replay)}
         )

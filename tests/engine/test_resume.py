@@ -10,6 +10,7 @@ worker no longer keeps the whole gap.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from alicia.harness.recorded_llm import RecordedLLM
@@ -99,10 +100,11 @@ async def test_resume_replays_later_envelopes_unchanged_after_ack_and_configurat
 async def test_a_resume_repeated_verbatim_is_answered_again_with_its_whole_replay(
     llm: RecordedLLM,
 ) -> None:
-    """Clients repeat an unanswered Configuration verbatim (§4.1). A resume's reply can be
-    lost (after a node's death it went into a link not up yet): the repeat gets the same
-    answer again, the whole replay from what it asks; past the resume rate (a burst of 3)
-    a repeat is ignored, with no error that would end the client's wait."""
+    """Clients repeat an unanswered Configuration verbatim, each second. A resume's reply
+    can be lost (after a node's death it went into a link not up yet): a repeat received
+    after the answer went out gets the same answer again, the whole replay from what it
+    asks. One that crossed the answer (received before it went out) is ignored, and so is
+    one past the resume rate (a burst of 3), with no error that would end a client's wait."""
     async with room(llm) as r:
         alice = r.client("alice")
         await run_turn(alice, llm)
@@ -113,13 +115,20 @@ async def test_a_resume_repeated_verbatim_is_answered_again_with_its_whole_repla
         body = Configuration(conversation_id=CONV, features=SHOW, last_sequence_seen=seen)
         data = encode(envelope(body, stanza_id=alice.counter.next(), conversation_id=CONV))
         answers = []
-        for _ in range(3):
+        box: list[bytes] = []
+        crossed: list[bytes] = []
+        for i in range(3):
+            asked = time.monotonic()
             sent = sent_to(r.transport, "alice")
             once = {decode(d).stanza_id: d for d in after(sent, seen)}  # replays were resent
             replay = [once[k] for k in sorted(once, reverse=True)]
             alice.send_raw(data)
             box = await settled(r.transport, "alice", len(sent) + 2 + len(replay))
             answers.append((box[len(sent) :], replay))
+            if i == 0:  # a repeat sent before that answer went out: it crossed it
+                r.transport.deliver("alice", data, alice.peer, at=asked)
+                crossed = await settled(r.transport, "alice", len(box))
+                assert crossed == box
         alice.send_raw(data)  # a fourth: over the rate, ignored
         after_all = await settled(r.transport, "alice", len(box))
 
@@ -130,8 +139,9 @@ async def test_a_resume_repeated_verbatim_is_answered_again_with_its_whole_repla
         assert isinstance(conf, Configuration) and conf.conversation_id == CONV
         assert new[2:] == replay  # the whole replay each time (the turn, earlier answers)
         assert replay[: len(expected)] == expected
+    assert crossed and len(crossed) < len(box)
     assert after_all == box
-    assert r.conversation.refused["resume_rate"] == 1
+    assert r.conversation.refused["resume_rate"] == 1  # the fourth; the crossed one cost none
 
 
 async def test_resume_leaves_out_steps_for_a_client_that_now_hides_reasoning(

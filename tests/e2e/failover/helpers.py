@@ -213,6 +213,11 @@ class FollowingClient:
         :attr:`conflicts` (a bug: no client could tell which is right)."""
         self.duplicates = 0
         self.conflicts: list[Envelope[Any]] = []
+        self.unexplained: list[Envelope[Any]] = []
+        """Envelopes received twice that no resume asked for again (|stanzaId| at or below
+        the lastSequenceSeen of every resume sent): an agent that sent twice."""
+        self.resumed_from: list[int] = []
+        """The lastSequenceSeen of each resume sent."""
         self._held: dict[int, bytes] = {}
         self.agent = ""
         self.agents: list[tuple[str, float]] = []
@@ -308,11 +313,14 @@ class FollowingClient:
                 self._event.set()
             elif held == packet.data:
                 self.duplicates += 1
+                if not any(-env.stanza_id > seen for seen in self.resumed_from):
+                    self.unexplained.append(env)
             else:
                 self.conflicts.append(env)
 
     async def _resume(self) -> None:
         seen = self.highest
+        self.resumed_from.append(seen)
         body = Configuration(
             conversation_id=self.conversation_id,
             last_sequence_seen=seen,

@@ -82,6 +82,7 @@ async def check_consistent(
     away, as a node's death makes it)."""
     got = [-e.stanza_id for e in client.box]
     assert client.conflicts == [], "another envelope under a stanzaId already held"
+    assert client.unexplained == [], "an envelope sent twice that no resume asked for again"
     logged = await logged_for(url, room, identity, "full")
     assert set(logged) <= set(got), "gap"
     unlogged = sorted(set(got) - set(logged))
