@@ -274,10 +274,13 @@ def chosen(config: pytest.Config, item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out the benchmarks' smoke runs not chosen; mark integration tests; put the
     longest modules first."""
-    left_out = [item for item in items if not chosen(config, item)]
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
+    for item in items:
+        (kept if chosen(config, item) else left_out).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if chosen(config, item)]
+        items[:] = kept
     seconds = _durations()
     cost: dict[str, float] = defaultdict(float)
     module_of: dict[str, str] = {}
