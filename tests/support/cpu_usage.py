@@ -3,13 +3,17 @@
 An opt-in pytest plugin: ``./scripts/test -p tests.support.cpu_usage``. For each test it
 writes, to ``test-artifacts/cpu/<xdist worker>.jsonl``, the wall seconds of its setup, call
 and teardown and the CPU seconds its xdist worker's process tree spent meanwhile (the
-worker itself, the servers and worker processes it started, and what they have reaped: a
-process that leaves the tree, such as Postgres's daemonized postmaster, is not counted).
+worker itself, the servers and worker processes it started, and what they have reaped).
+The xdist worker is made a child subreaper, so a process whose parent exits first (a
+livekit-agents forkserver and its job processes, when their worker is killed) stays in
+the tree, a zombie once it ends, and is counted; only a process that leaves on purpose
+(Postgres's daemonized postmaster) is not.
 ``python -m tests.support.cpu_usage`` sums them by module, most CPU first.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -25,6 +29,12 @@ from tests.paths import ARTIFACTS
 OUT = ARTIFACTS / "cpu"
 """Where each xdist worker writes its lines."""
 _TICK = os.sysconf("SC_CLK_TCK")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep orphaned descendants in this process's tree (see the module)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def tree_cpu(root: int) -> float:
@@ -54,10 +64,11 @@ def tree_cpu(root: int) -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None]:
     """Record the test's wall and CPU seconds."""
-    wall, cpu = time.monotonic(), tree_cpu(os.getpid())
+    started, wall, cpu = time.time(), time.monotonic(), tree_cpu(os.getpid())
     yield
     line = {
         "test": item.nodeid,
+        "started": round(started, 2),
         "wall_s": round(time.monotonic() - wall, 2),
         "cpu_s": round(tree_cpu(os.getpid()) - cpu, 2),
     }
