@@ -203,6 +203,8 @@ def build_server(settings: Settings) -> AgentServer:
 async def entrypoint(ctx: JobContext) -> None:
     """Serve one room: its conversation with every protocol client in it."""
     settings = load()
+    if settings.native_logs == "stderr":  # before the room's join: about 2,000 records
+        stop_capturing_native_logs()
     share_tracer_provider()
     ROOMS.add(1)
     try:
@@ -281,8 +283,6 @@ def _job_token(ctx: JobContext, settings: Settings) -> str:
 async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = False) -> None:
     """Serve a connected text ``room`` until it closes (storage, LLM client, transport,
     turns); ``lease_required``: its dispatch asks for the lease (failover)."""
-    if settings.native_logs == "stderr":
-        stop_capturing_native_logs()
     logger.info("room joined", extra={"room": room.name})
     _log_connection(room)
     identity = room.local_participant.identity

@@ -20,12 +20,15 @@ import time
 
 from livekit import rtc
 
+from alicia.agent.gate.ffi_routing import stop_capturing_native_logs
+
 CHUNK = 15 * 1024
 RAW = 2 * 1024 * 1024
 """Bytes written raw (not compressed) to each of two refused streams."""
 
 
 async def flood(url: str, token: str, agent: str, topic: str, megabytes: float) -> None:
+    stop_capturing_native_logs()  # as the tests' own rooms (tests/conftest.py)
     room = rtc.Room()
     await room.connect(url, token)
     try:
