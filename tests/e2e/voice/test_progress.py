@@ -127,13 +127,6 @@ def granted(server: LiveKitServer, room: str, identity: str, level: str) -> str:
     return server.token(identity, room, attributes={"alicia.reasoning": level})
 
 
-async def until_quiet(recorder: AudioRecorder, since: float, *, quiet_s: float = 2.0) -> None:
-    """Wait until the agent has been silent for ``quiet_s`` after some sound (60 s max)."""
-    async with asyncio.timeout(60):
-        while not (loud := recorder.loud(after=since)) or time.monotonic() - loud[-1] < quiet_s:
-            await asyncio.sleep(0.2)
-
-
 class Listener:
     """A participant that asks the question aloud and records everything the agent says."""
 
@@ -169,7 +162,7 @@ class Listener:
     async def hear_answer(self) -> float:
         """Wait for the whole answer to be spoken; returns when its audio ended."""
         await self.client.wait_for(AssistantSentence, within=90.0, is_final=True)
-        await until_quiet(self.recorder, self.ended)
+        await self.recorder.until_quiet(self.ended, quiet_s=2.0, within=60.0)
         self._watch.cancel()
         return self.recorder.loud(after=self.ended)[-1]
 

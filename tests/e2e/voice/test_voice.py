@@ -85,20 +85,6 @@ async def voice_worker(
         yield w
 
 
-async def quiet_after(recorder: AudioRecorder, since: float, *, quiet_s: float = 2.0) -> None:
-    """Wait until the agent's audio has been silent for ``quiet_s`` (60 s at most)."""
-    async with asyncio.timeout(60):
-        while True:
-            loud = [
-                at
-                for at, s in recorder.frames
-                if at > since and np.sqrt((s.astype(np.float64) ** 2).mean()) > 300
-            ]
-            if loud and time.monotonic() - loud[-1] > quiet_s:
-                return
-            await asyncio.sleep(0.2)
-
-
 async def test_a_spoken_question_gets_steps_and_a_spoken_answer_without_reasoning(
     livekit_server: LiveKitServer, llm: RecordedLLM, voice_worker: WorkerProcess
 ) -> None:
@@ -115,7 +101,7 @@ async def test_a_spoken_question_gets_steps_and_a_spoken_answer_without_reasonin
         await publish_speech(r, question, rate)
         transcript = await client.wait_for(Transcription, within=60.0)
         await client.wait_for(AssistantSentence, within=90.0, is_final=True)
-        await quiet_after(recorder, spoken_at)
+        await recorder.until_quiet(spoken_at, quiet_s=2.0, within=60.0)
         await recorder.aclose()
     # The question as pocketsphinx heard it: one of its content words is enough (it hears
     # about 0.85 of them in synthetic speech through livekit-server).
@@ -182,7 +168,7 @@ async def test_an_authorised_stop_interrupts_the_speech_and_closes_the_answer(
                 await asyncio.sleep(0.1)
         await client.send(ControlStop(conversation_id=room, target_id=start.id, stop_type="all"))
         final = await client.wait_for(AssistantSentence, within=30.0, is_final=True)
-        await quiet_after(recorder, spoken_at, quiet_s=1.5)
+        await recorder.until_quiet(spoken_at, quiet_s=1.5, within=60.0)
         await recorder.aclose()
     assert start.previous_id == transcript.id and final.previous_id == start.id
     # Stopped early: far less audio than the whole answer (about 15 s of speech), from its
@@ -258,14 +244,10 @@ async def test_a_stop_of_one_s_own_queued_turn_does_not_cut_another_s_answer(
         final = await alice.wait_for(
             AssistantSentence, within=60.0, previous_id=start.id, is_final=True
         )
-        await quiet_after(recorder, asked_at, quiet_s=1.5)
+        await recorder.until_quiet(asked_at, quiet_s=1.5, within=60.0)
         await recorder.aclose()
     assert sounding_at is not None and final.previous_id == start.id
-    loud = [
-        at
-        for at, s in recorder.frames
-        if at >= sounding_at and np.sqrt((s.astype(np.float64) ** 2).mean()) > 300
-    ]
+    loud = recorder.loud(after=sounding_at)
     gaps = [i for i in range(1, len(loud)) if loud[i] - loud[i - 1] > 1.0]
     played = loud[gaps[0] - 1 if gaps else -1] - loud[0]  # her speech, up to its first pause
     whole, rate = speak(spec.answer)
