@@ -101,7 +101,7 @@ async def trial(
     env = {"ALICIA_REASONING_VISIBILITY": "none", "ALICIA_SPOKEN_PROGRESS": policy}
     async with agent_in(server, recorded.base_url, room, True, env=env):
         client = rtc.Room()
-        recorder = AudioRecorder(client)
+        recorder = AudioRecorder(client, frame_ms=10)
         token = server.token("listener", room, attributes={"alicia.reasoning": "summary"})
         await client.connect(server.url, token)
         protocol = ProtocolClient(client, room)

@@ -135,7 +135,7 @@ async def trial(
     recorded.received_at.clear()
     async with agent_in(server, recorded.base_url, room, ours):
         client = rtc.Room()
-        recorder = AudioRecorder(client)
+        recorder = AudioRecorder(client, frame_ms=10)
 
         def on_data(packet: rtc.DataPacket) -> None:
             if packet.topic == DATA_TOPIC and isinstance(decode(packet.data).body, ReasoningStep):
