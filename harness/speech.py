@@ -197,6 +197,7 @@ class Microphone:
         """Nothing is published until :meth:`start`."""
         self._room = room
         self._source = rtc.AudioSource(ROOM_RATE, 1)
+        self._sid: str | None = None
 
     async def start(self, *, subscribed_timeout_s: float = 20.0) -> None:
         """Publish the track and wait until some participant subscribed to it (audio sent
@@ -204,6 +205,7 @@ class Microphone:
         track = rtc.LocalAudioTrack.create_audio_track("microphone", self._source)
         options = rtc.TrackPublishOptions(source=rtc.TrackSource.SOURCE_MICROPHONE)
         publication = await self._room.local_participant.publish_track(track, options)
+        self._sid = publication.sid
         subscribed = asyncio.Event()
 
         def on_subscribed(pub: rtc.LocalTrackPublication) -> None:
@@ -237,6 +239,16 @@ class Microphone:
                 await asyncio.sleep(delay)
         await self._source.wait_for_playout()
         return speech_end
+
+    async def stop(self) -> None:
+        """Unpublish the track (once the agent has taken what was said: frames it has not
+        read yet are lost). A published microphone costs the agent's job process about a
+        sixth of a core even when silent (its frames go through AGC, resampling and the
+        VAD; measured 5.5 % without it, 22 % with it), the publisher and livekit-server a
+        few percent more."""
+        if self._sid is not None:
+            sid, self._sid = self._sid, None
+            await self._room.local_participant.unpublish_track(sid)
 
 
 async def publish_speech(

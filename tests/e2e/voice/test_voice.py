@@ -98,9 +98,12 @@ async def test_a_spoken_question_gets_steps_and_a_spoken_answer_without_reasonin
         await client.wait_for_agent()
         await client.handshake()
         spoken_at = time.monotonic()
-        await publish_speech(r, question, rate)
+        mic = Microphone(r)
+        await mic.start()
+        await mic.say(question, rate)
         transcript = await client.wait_for(Transcription, within=60.0)
         await client.wait_for(AssistantSentence, within=90.0, is_final=True)
+        await mic.stop()  # the turn was taken; the answer's speech goes on
         await recorder.until_quiet(spoken_at, quiet_s=2.0, within=60.0)
         await recorder.aclose()
     # The question as pocketsphinx heard it: one of its content words is enough (it hears
