@@ -278,7 +278,6 @@ class AudioRecorder:
     levels: list[float] = field(default_factory=list)
     """The RMS level of each of :attr:`frames` (computed once, as it arrives: the waits
     poll :meth:`loud` every 0.2 s over the whole recording)."""
-    _arrivals: list[float] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _reading: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """The reader of each subscribed track, by track sid (ended when it is unsubscribed:
@@ -316,16 +315,20 @@ class AudioRecorder:
                     self.frames.append((at, samples))
                     self.senders.append(sender)
                     self.levels.append(float(np.sqrt((samples.astype(np.float64) ** 2).mean())))
-                    self._arrivals.append(at)
         finally:
             await stream.aclose()
 
     def first_sound_at(self, *, after: float = 0.0, level: float = 300.0) -> float | None:
         """Arrival time of the first frame after ``after`` louder than ``level`` RMS."""
-        for i in range(bisect.bisect_left(self._arrivals, after), len(self._arrivals)):
+        for i in range(self._first_after(after), len(self.frames)):
             if self.levels[i] > level:
-                return self._arrivals[i]
+                return self.frames[i][0]
         return None
+
+    def _first_after(self, after: float) -> int:
+        """The index of the first frame that arrived at or after ``after`` (frames arrive
+        in order, on one loop)."""
+        return bisect.bisect_left(self.frames, after, key=lambda frame: frame[0])
 
     async def until_quiet(self, since: float, *, quiet_s: float, within: float = 90.0) -> None:
         """Wait until the agent, heard after ``since``, has been silent for ``quiet_s``."""
@@ -341,10 +344,9 @@ class AudioRecorder:
     ) -> list[float]:
         """Arrival times of the frames after ``after`` louder than ``level`` RMS (from
         ``sender`` only, if given)."""
-        start = bisect.bisect_left(self._arrivals, after)
         return [
-            self._arrivals[i]
-            for i in range(start, len(self._arrivals))
+            self.frames[i][0]
+            for i in range(self._first_after(after), len(self.frames))
             if self.levels[i] > level and (sender is None or self.senders[i] == sender)
         ]
 
