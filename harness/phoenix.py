@@ -2,11 +2,11 @@
 
 :class:`Phoenix` runs ``phoenix serve`` from its own virtualenv (``scripts/install-phoenix``
 installs it once per machine, when first needed), storing in SQLite in a temporary folder,
-with its product telemetry and its external resources (web fonts) off: nothing leaves the
-machine. Traces go to :attr:`Phoenix.otlp_url` (``OTEL_EXPORTER_OTLP_ENDPOINT``); a project
-is chosen per trace by the resource attribute ``openinference.project.name``
-(:func:`project_resource`). Its REST API reads the spans back (:meth:`Phoenix.spans`); its
-UI shows one trace at :meth:`Phoenix.trace_url`.
+with its product telemetry, external resources (web fonts), AI assistant and MCP server
+off: nothing leaves the machine. Traces go to :attr:`Phoenix.otlp_url`
+(``OTEL_EXPORTER_OTLP_ENDPOINT``); a project is chosen per trace by the resource attribute
+``openinference.project.name`` (:func:`project_resource`). Its REST API reads the spans
+back (:meth:`Phoenix.spans`); its UI shows one trace at :meth:`Phoenix.trace_url`.
 """
 
 from __future__ import annotations
@@ -93,6 +93,11 @@ class Phoenix(ServedProcess):
             "PHOENIX_GRPC_PORT": str(self.grpc_port),
             "PHOENIX_TELEMETRY_ENABLED": "false",
             "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+            # Its AI assistant (a chat with a hosted model) and its MCP server: nothing a
+            # trace viewer here needs, one way out and one way in less (2 of its 20 CPU-s
+            # to start).
+            "PHOENIX_DISABLE_AGENT_ASSISTANT": "true",
+            "PHOENIX_ENABLE_MCP_SERVER": "false",
         }
 
     def command(self, folder: Path) -> list[str]:
