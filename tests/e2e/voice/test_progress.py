@@ -10,7 +10,8 @@ audio frame of the agent; pocketsphinx tells what it heard:
   sentence; the canaries of the reasoning's other sentences are never heard;
 * a second listener granted ``none``: only cues are heard;
 * a model that answers within the delay: no remark at all;
-* speaking over a remark, or a ControlStop, ends it; the LLM's next request holds none.
+* speaking over a remark, or a ControlStop, ends it; the LLM's next request holds none
+  (a typed question after the summary remarks' turn).
 """
 
 from __future__ import annotations
@@ -388,9 +389,25 @@ async def test_remarks_fill_the_silence_with_summaries_and_never_the_reasoning(
         transcript = await listener.client.wait_for(Transcription, within=60.0)
         answer_end = await listener.hear_answer()
         await listener.recorder.aclose()
+        # A typed second question, answered at once: what the LLM reads then.
+        said = len(listener.remarks())
+        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
+        await listener.client.send(
+            UserMessage(id=new_id("m"), conversation_id=room, content="And a duck egg?")
+        )
+        async with asyncio.timeout(60):  # the second answer
+            while len([s for s in listener.client.of(AssistantSentence) if s.is_final]) < 2:
+                await asyncio.sleep(0.1)
     log = summary_worker.log()
+    # The LLM never reads a remark: the second request has the first answer in its
+    # context, and none of the remarks (summaries of the reasoning, and cues).
+    request = json.dumps(llm.requests[-1])
+    assert "And a duck egg?" in request
+    assert spec.answer.split(".")[0] in request
+    for text in [c.content for c in listener.remarks()[:said]]:
+        assert text not in request, text
     runs = sound_runs(listener.recorder.loud(after=listener.ended))
-    remarks = listener.remarks()
+    remarks = listener.remarks()[:said]
     texts = [c.content for c in remarks]
     # Heard: a first remark soon after the model is asked, no long silence while it
     # thinks, then the answer.
@@ -533,32 +550,6 @@ async def test_a_stop_ends_a_remark_and_its_turn(
     loud = listener.recorder.loud(after=stopped_at)
     assert not loud or loud[-1] - stopped_at < 0.8, loud
     assert_turn_ended_unspoken(listener, remark.target_id, stopped_wall)
-
-
-async def test_the_llm_never_reads_a_remark(
-    livekit_server: LiveKitServer, llm: RecordedLLM, cue_worker: WorkerProcess
-) -> None:
-    spec = llm.spec(SHAPE)
-    room = f"progress-ctx-{new_id('r')}"
-    async with joined(livekit_server, room, "alice") as r:
-        listener = Listener(r, room)
-        await listener.ask(spec.user)
-        await listener.hear_answer()
-        texts = [c.content for c in listener.remarks()]
-        assert texts
-        llm.route_model("recorded-model", Play(SHAPE, chunk_delay=0.0005))
-        await listener.client.send(
-            UserMessage(id=new_id("m"), conversation_id=room, content="And a duck egg?")
-        )
-        async with asyncio.timeout(60):  # the second answer
-            while len([s for s in listener.client.of(AssistantSentence) if s.is_final]) < 2:
-                await asyncio.sleep(0.1)
-        await listener.recorder.aclose()
-    request = json.dumps(llm.requests[-1])
-    assert "And a duck egg?" in request
-    assert spec.answer.split(".")[0] in request  # the first answer is in the context
-    for text in texts:
-        assert text not in request, text
 
 
 async def test_after_a_tool_round_the_remark_names_the_tool(
