@@ -41,6 +41,31 @@ async def test_a_forked_module_runs_with_what_it_was_given(tmp_path: Path) -> No
     }
 
 
+async def test_a_forked_module_s_forkserver_is_forked_by_the_zygote_into_its_group(
+    tmp_path: Path,
+) -> None:
+    """A multiprocessing forkserver started in a forked module (as livekit-agents starts
+    job processes) is the zygote's child, in the module's process group (a signal to the
+    worker's group reaches its job processes), with its environment; it ends with it."""
+    log = tmp_path / "child.log"
+    env = {"PYTHONPATH": str(ROOT), "ZYGOTE_PROBE": "canary"}
+    proc = await python_module(MODULE, ["forkserver"], env=env, log=log, cwd=ROOT)
+    assert await asyncio.wait_for(proc.wait(), 60) == 0, log.read_text()
+    seen = json.loads(log.read_text().splitlines()[-1])
+    job = seen["job"]
+    assert job["server_parent"] == seen["parent"] != seen["pid"]  # the zygote forked it
+    assert job["group"] == seen["pid"]  # the module's own group
+    assert job["probe"] == "canary"
+    for _ in range(100):  # the server ends once the module has: nothing left behind
+        try:
+            os.kill(job["server"], 0)
+        except ProcessLookupError:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the forkserver outlived its module")
+
+
 async def test_a_killed_child_reports_its_signal(tmp_path: Path) -> None:
     log = tmp_path / "child.log"
     env = {"PYTHONPATH": str(ROOT)}

@@ -18,6 +18,14 @@ multiprocess mode at import, from ``PROMETHEUS_MULTIPROC_DIR``): :func:`forkable
 no to such an environment, and the caller runs the command itself. The tests of the
 command as a newcomer runs it (the process executor's default path) run it too.
 
+A forked worker's job processes come from the zygote too: livekit-agents starts them from
+a multiprocessing forkserver, a new interpreter that imports livekit-agents again (about
+2.5 CPU-s; the suite starts dozens). In a forked worker, :func:`_forkservers_from_zygote`
+has the zygote fork that forkserver instead (over a Unix socket, the forkserver's
+listener, its "alive" pipe and the worker's output passed as file descriptors), in the
+worker's process group, environment and folder; it then runs
+``multiprocessing.forkserver.main`` as a spawned one would, preloads and all.
+
 Only under pytest (``PYTEST_VERSION`` is set, in its subprocesses too):
 a benchmark run by hand executes its workers. ``ALICIA_TEST_FORK=0`` turns it off,
 ``1`` on.
@@ -31,9 +39,12 @@ import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -279,24 +290,43 @@ def _serve() -> dict[str, Any] | None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     children: set[int] = set()
+    servers: set[int] = set()  # forkservers for forked workers: no one waits for them
+    folder = tempfile.mkdtemp(prefix="alicia-zygote-")
+    global _SOCKET
+    _SOCKET = os.path.join(folder, "forkservers")
+    requests = socket.socket(socket.AF_UNIX)
+    requests.bind(_SOCKET)
+    requests.listen()
     sel = selectors.DefaultSelector()
     sel.register(0, selectors.EVENT_READ)
     sel.register(wake_r, selectors.EVENT_READ)
+    sel.register(requests, selectors.EVENT_READ)
     pending = b""
 
     def reply(msg: dict[str, Any]) -> None:
         os.write(out, json.dumps(msg).encode() + b"\n")
 
     def reap() -> None:
-        while children:
+        while children or servers:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if pid in servers:
+                servers.discard(pid)
+                continue
             children.discard(pid)
             reply({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    def in_child() -> None:
+        sel.close()
+        requests.close()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (wake_r, wake_w, out, devnull):
+            os.close(fd)
 
     while True:
         for key, _ in sel.select():
@@ -305,11 +335,32 @@ def _serve() -> dict[str, Any] | None:
                     os.read(wake_r, 4096)
                 reap()
                 continue
+            if key.fileobj is requests:
+                conn, _ = requests.accept()
+                with conn:
+                    try:
+                        server = _forkserver_request(conn)
+                    except (OSError, ValueError, RuntimeError, EOFError):
+                        continue  # the worker sees its connection closed: its error
+                    pid = os.fork()
+                    if pid == 0:
+                        in_child()
+                        conn.close()
+                        _run_forkserver(*server)  # never returns
+                    servers.add(pid)
+                    for fd in server[1]:
+                        os.close(fd)
+                    with contextlib.suppress(OSError):
+                        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+                continue
             chunk = os.read(0, 1 << 20)
             if not chunk:  # the test process is gone: so go the children
                 for pid in children:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.unlink(_SOCKET)
+                    os.rmdir(folder)
                 return None
             pending += chunk
             while b"\n" in pending:
@@ -319,17 +370,129 @@ def _serve() -> dict[str, Any] | None:
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
-                    sel.close()
-                    signal.set_wakeup_fd(-1)
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    for fd in (wake_r, wake_w, out, devnull):
-                        os.close(fd)
+                    in_child()
                     return request
                 with contextlib.suppress(OSError):  # the child does too: whoever is first
                     os.setpgid(pid, pid)
                 children.add(pid)
                 reply({"pid": pid, "id": request.get("id")})
         reap()
+
+
+_SOCKET: str | None = None
+"""Where the zygote takes forked workers' requests for a forkserver (set in the zygote)."""
+_SERVER_FDS: Final = 4
+"""A forkserver request's descriptors: its listener, its "alive" pipe, stdout, stderr."""
+
+
+def _forkserver_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """A forked worker's request for a forkserver: its settings and descriptors."""
+    from multiprocessing import reduction
+
+    conn.settimeout(10)
+    fds = reduction.recvfds(conn, _SERVER_FDS)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            raise EOFError("the request ended early")
+        data += chunk
+    return json.loads(data), fds
+
+
+def _run_forkserver(request: dict[str, Any], fds: list[int]) -> None:
+    """In the zygote's child: become the worker's forkserver (the request's process group,
+    folder, environment and output) and serve; exit when it ends."""
+    listener, alive_r, out, err = fds
+    code = 1
+    try:
+        with contextlib.suppress(OSError):
+            os.setpgid(0, int(request["pgid"]))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # not the zygote's requests
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        for fd in (null, out, err):
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = list(request["argv"])
+        from multiprocessing import forkserver
+
+        forkserver.main(listener, alive_r, request["preload"], **request["data"])
+        code = 0
+    except SystemExit as exc:  # the forkserver's end: its worker is gone
+        code = exc.code if isinstance(exc.code, int) else 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _forkservers_from_zygote(address: str) -> None:
+    """In a forked worker: multiprocessing's forkserver is forked by the zygote at
+    ``address`` instead of spawned (see the module). Replaces
+    ``ForkServer.ensure_running``; the server is not this process's child, so it is alive
+    while its pid is."""
+    from multiprocessing import connection, forkserver, reduction, resource_tracker, spawn, util
+
+    def ensure_running(self: Any) -> None:
+        with self._lock:
+            resource_tracker.ensure_running()
+            if self._forkserver_pid is not None:
+                try:
+                    os.kill(self._forkserver_pid, 0)
+                    return
+                except ProcessLookupError:  # gone: start another
+                    os.close(self._forkserver_alive_fd)
+                    self._forkserver_address = None
+                    self._forkserver_alive_fd = None
+                    self._forkserver_pid = None
+            data: dict[str, Any] = {}
+            if self._preload_modules:
+                prepared = spawn.get_preparation_data("ignore")
+                data = {k: v for k, v in prepared.items() if k in ("main_path", "sys_path")}
+            request = {
+                "preload": list(self._preload_modules),
+                "data": data,
+                "pgid": os.getpgid(0),
+                "cwd": os.getcwd(),
+                "env": dict(os.environ),
+                "argv": list(sys.argv),
+            }
+            with socket.socket(socket.AF_UNIX) as listener:
+                server_address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+                listener.bind(server_address)
+                if not util.is_abstract_socket_namespace(server_address):
+                    os.chmod(server_address, 0o600)
+                listener.listen()
+                alive_r, alive_w = os.pipe()
+                try:
+                    with socket.socket(socket.AF_UNIX) as conn:
+                        conn.settimeout(60)
+                        conn.connect(address)
+                        reduction.sendfds(conn, [listener.fileno(), alive_r, 1, 2])
+                        conn.sendall(json.dumps(request).encode() + b"\n")
+                        answer = b""
+                        while not answer.endswith(b"\n"):
+                            chunk = conn.recv(4096)
+                            if not chunk:
+                                raise RuntimeError("the zygote forked no forkserver")
+                            answer += chunk
+                    pid = int(json.loads(answer)["pid"])
+                except BaseException:
+                    os.close(alive_w)
+                    raise
+                finally:
+                    os.close(alive_r)
+                self._forkserver_address = server_address
+                self._forkserver_alive_fd = alive_w
+                self._forkserver_pid = pid
+
+    forkserver.ForkServer.ensure_running = ensure_running  # type: ignore[method-assign]
 
 
 def _become(request: dict[str, Any]) -> None:
@@ -346,6 +509,8 @@ def _become(request: dict[str, Any]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     sys.argv = [request["module"], *request["args"]]
+    if _SOCKET is not None and os.environ.get("ALICIA_TEST_FORK_SERVERS", "1") == "1":
+        _forkservers_from_zygote(_SOCKET)
 
 
 if __name__ == "__main__":
