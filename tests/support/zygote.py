@@ -391,15 +391,19 @@ def _forkserver_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]
 
     conn.settimeout(10)
     fds = reduction.recvfds(conn, _SERVER_FDS)
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            for fd in fds:
-                os.close(fd)
-            raise EOFError("the request ended early")
-        data += chunk
-    return json.loads(data), fds
+    try:
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(1 << 16)
+            if not chunk:
+                raise EOFError("the request ended early")
+            data += chunk
+        request: dict[str, Any] = json.loads(data)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return request, fds
 
 
 def _run_forkserver(request: dict[str, Any], fds: list[int]) -> None:

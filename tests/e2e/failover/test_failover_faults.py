@@ -261,10 +261,13 @@ async def test_an_agent_that_never_claimed_and_loses_its_late_claim_writes_nothi
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]  # nothing listens there once the socket is closed
     away = url.replace(f":{postgres_server.port}/", f":{closed}/")
-    async with lease_keeper(away, interval_s=0.1, timeout_s=0.5) as keeper, open_leases(url) as b:
+    # B's lease stays live for the keeper however late its claim comes (B never renews:
+    # with a 0.5 s timeout, a claim 0.5 s late on a loaded machine took B's lease as stale)
+    live = 60.0
+    async with lease_keeper(away, interval_s=0.1, timeout_s=live) as keeper, open_leases(url) as b:
         hold = await keeper.hold("room-u", "agent-a")  # the database is away from it
         assert hold is not None and hold.fence.epoch is None
-        assert await b.claim("room-u", "agent-b", "w-b", 0.5) == 1
+        assert await b.claim("room-u", "agent-b", "w-b", live) == 1
         unreachable, keeper.leases = keeper.leases, Leases(url)  # it answers again
         await keeper.run(unreachable.aclose())
         await asyncio.wait_for(hold.lost.wait(), 10)  # the late claim is refused
