@@ -392,18 +392,39 @@ def _forkserver_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]
     conn.settimeout(10)
     fds = reduction.recvfds(conn, _SERVER_FDS)
     try:
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = conn.recv(1 << 16)
-            if not chunk:
-                raise EOFError("the request ended early")
-            data += chunk
-        request: dict[str, Any] = json.loads(data)
+        request = _read_json_line(conn)
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
     return request, fds
+
+
+def _read_json_line(conn: socket.socket) -> dict[str, Any]:
+    """One newline-ended JSON object from ``conn`` (EOFError if it closes first)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            raise EOFError("the message ended early")
+        data += chunk
+    message: dict[str, Any] = json.loads(data)
+    return message
+
+
+def _settle(request: dict[str, Any], out: int, err: int, argv: list[str]) -> None:
+    """In a forked child: stdin from /dev/null, ``out`` and ``err`` as stdout and stderr
+    (closed here), the request's folder and environment, ``argv``."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # not the zygote's requests
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for fd in {null, out, err}:
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = argv
 
 
 def _run_forkserver(request: dict[str, Any], fds: list[int]) -> None:
@@ -414,16 +435,7 @@ def _run_forkserver(request: dict[str, Any], fds: list[int]) -> None:
     try:
         with contextlib.suppress(OSError):
             os.setpgid(0, int(request["pgid"]))
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)  # not the zygote's requests
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        for fd in (null, out, err):
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        sys.argv = list(request["argv"])
+        _settle(request, out, err, list(request["argv"]))
         from multiprocessing import forkserver
 
         forkserver.main(listener, alive_r, request["preload"], **request["data"])
@@ -480,13 +492,7 @@ def _forkservers_from_zygote(address: str) -> None:
                         conn.connect(address)
                         reduction.sendfds(conn, [listener.fileno(), alive_r, 1, 2])
                         conn.sendall(json.dumps(request).encode() + b"\n")
-                        answer = b""
-                        while not answer.endswith(b"\n"):
-                            chunk = conn.recv(4096)
-                            if not chunk:
-                                raise RuntimeError("the zygote forked no forkserver")
-                            answer += chunk
-                    pid = int(json.loads(answer)["pid"])
+                        pid = int(_read_json_line(conn)["pid"])
                 except BaseException:
                     os.close(alive_w)
                     raise
@@ -503,16 +509,7 @@ def _become(request: dict[str, Any]) -> None:
     """In the forked child: the request's process group, folder, files and environment."""
     os.setpgid(0, 0)
     log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
-    os.close(null)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    sys.argv = [request["module"], *request["args"]]
+    _settle(request, log, log, [request["module"], *request["args"]])
     if _SOCKET is not None and os.environ.get("ALICIA_TEST_FORK_SERVERS", "1") == "1":
         _forkservers_from_zygote(_SOCKET)
 
