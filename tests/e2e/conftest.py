@@ -57,9 +57,11 @@ async def worker(
     request: pytest.FixtureRequest, livekit_server: LiveKitServer, llm: RecordedLLM
 ) -> AsyncIterator[WorkerProcess]:
     """One worker process for the module, registered with the server, with the module's
-    ``WORKER_ENV`` (default: :data:`WORKER_ENV`)."""
+    ``WORKER_ENV`` (default: :data:`WORKER_ENV`), executed as printed when the module says
+    ``WORKER_AS_PRINTED = True`` (else forked from the suite's zygote)."""
     env = getattr(request.module, "WORKER_ENV", WORKER_ENV)
-    async with running_worker(livekit_server, llm.base_url, env=env) as proc:
+    printed = getattr(request.module, "WORKER_AS_PRINTED", False)
+    async with running_worker(livekit_server, llm.base_url, env=env, as_printed=printed) as proc:
         yield proc
 
 

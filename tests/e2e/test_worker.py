@@ -34,6 +34,7 @@ from tests.e2e.worker_client import client, final, of, user_message, worker_log_
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_script")]
 WORKER_ENV = {**DEFAULT_ENV, **PROCESS_EXECUTOR}  # the module worker: a process per room
+WORKER_AS_PRINTED = True  # python -m alicia.agent start, as the README shows it
 
 T = MessageType
 

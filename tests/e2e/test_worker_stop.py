@@ -37,7 +37,7 @@ async def test_sigterm_to_the_worker_s_whole_group_drains_and_stores_its_rooms(
     rooms = [new_id("conv") for _ in range(2)]
     spec = llm.spec("calculator_tool_call")
     async with (
-        running_worker(livekit_server, llm.base_url, env=env) as worker,
+        running_worker(livekit_server, llm.base_url, env=env, as_printed=True) as worker,
         protocol_client(livekit_server, rooms[0]) as a,
         protocol_client(livekit_server, rooms[1]) as b,
     ):

@@ -36,10 +36,12 @@ with the process executor costs about 3 s more CPU to start, a forkserver import
 every job needs and its job processes: in a run of the suite, 103 forkservers took 197
 CPU-s and their job processes 130, of about 1,970 on 2 cores); the tests of the default
 path (a turn, the CLI, storage, ZDR at rest, telemetry from job processes, a stop of the
-whole process group) ask for it. Voice workers keep the default: on the thread executor
-(tried in the suite) two voice tests failed on a loaded machine, once each in three
-runs, a stalled voice worker's successor got no job in time and a voice room's answer
-missed a client's 30 s wait, and neither was explained."""
+whole process group) ask for it. Forked from the suite's zygote (unless run
+``as_printed``), such a worker's forkserver is forked from the zygote too. Voice workers
+keep the default: on the thread executor (tried in the suite) two voice tests failed on
+a loaded machine, once each in three runs, a stalled voice worker's successor got no job
+in time and a voice room's answer missed a client's 30 s wait, and neither was
+explained."""
 
 
 @dataclass
@@ -83,6 +85,7 @@ async def running_worker(
     env: Mapping[str, str] | None = None,
     ready_timeout: float = 180.0,
     log_level: str = "info",
+    as_printed: bool = False,
 ) -> AsyncIterator[WorkerProcess]:
     """``python -m alicia.agent <mode>`` with the server's env and ``LLM_BASE_URL`` (a text
     worker with the thread executor unless ``env`` or the environment names one:
@@ -92,7 +95,9 @@ async def running_worker(
     loaded 2-core machine), and with a voice worker (``ALICIA_VOICE``) a job runner
     warm: its VAD and recognizer loaded (the first room of a cold voice worker on a loaded machine
     heard its question seconds late; how long a cold start takes is measured, not
-    tested)."""
+    tested). ``as_printed``: the command executed as a user types it, not forked from the
+    suite's zygote (forked, its job processes' forkserver is forked from the zygote
+    too)."""
     full_env = {
         **os.environ,
         **server.env(),
@@ -122,7 +127,6 @@ async def running_worker(
         log_path = Path(tmp) / "worker.log"
         args = [mode, "--log-level", log_level]
         args += ["--drain-timeout", "2"] if mode == "start" else []
-        as_printed = (env or {}).get("ALICIA_JOB_EXECUTOR") == "process"
         proc = await python_module(
             "alicia.agent", args, env=full_env, log=log_path, cwd=ROOT, fork=not as_printed
         )
