@@ -57,7 +57,8 @@ async def test_demo_voice_asks_by_voice_and_records_the_spoken_answer(tmp_path: 
     )
     assert "you (heard) >" in out
     question = out.split("you (heard) >")[1].splitlines()[0]
-    assert {"sleep", "adult"} & set(question.split()), question  # one content word suffices
+    # one content word suffices ("adults" for "an adult" heard once on a loaded machine)
+    assert {"sleep", "adult", "adults"} & set(question.split()), question
     assert out.count("▸ step") >= 2
     data = tmp_path / "alicia-reasoning"
     assert (data / "question.wav").stat().st_size > 10_000

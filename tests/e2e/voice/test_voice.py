@@ -55,7 +55,7 @@ SHAPE = "openrouter_gpt5_summary"
 CANARIES = ("common guidance", "individual variation", "regular schedule")
 """Phrases of the recorded reasoning that the answer never says."""
 KEY_WORDS = {"adults", "seven", "nine", "hours", "sleep", "bedtime"}
-QUESTION_WORDS = {"much", "sleep", "adult", "need"}
+QUESTION_WORDS = {"much", "sleep", "adult", "adults", "need"}
 """Content words of the question ("How much sleep does an adult need?"): one heard is
 enough (pocketsphinx heard "the novelty need" once on a loaded machine)."""
 
