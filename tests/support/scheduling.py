@@ -42,6 +42,9 @@ A pytest plugin (``tests/conftest.py`` loads it):
   counts :data:`UNKNOWN_S` (integration) or nothing. Refresh the file after adding slow
   tests: ``python -m tests.support.scheduling test-artifacts/junit.xml`` on the JUnit
   report of a full run (``./scripts/test --junitxml=test-artifacts/junit.xml``).
+* **The timeline.** With ``ALICIA_TEST_TIMELINE=<file>``, each worker appends a JSON line
+  per test (worker, test id, start and end, epoch seconds): where a run's time went, which
+  worker waited at the end (:func:`pytest_runtest_protocol`).
 """
 
 from __future__ import annotations
@@ -49,8 +52,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -151,6 +156,21 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["ALICIA_PORT_RANGE"] = f"{low}-{low + width - 1}"
     lane = _lane_index(index)
     os.nice(LANES[lane].nice if lane < len(LANES) else NICE)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With ``ALICIA_TEST_TIMELINE``, one JSON line per test to that file (see the module)."""
+    start = time.time()
+    try:
+        return (yield)
+    finally:
+        path = os.environ.get("ALICIA_TEST_TIMELINE")
+        if path:
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            line = {"worker": worker, "test": item.nodeid, "start": start, "end": time.time()}
+            with open(path, "a") as out:  # one short line: appended whole
+                out.write(json.dumps(line) + "\n")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LaneScheduling | None:
