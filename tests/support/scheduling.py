@@ -40,8 +40,9 @@ A pytest plugin (``tests/conftest.py`` loads it):
   their tests in a full run, a module's tests in their own order (``--no-loadscope-reorder``
   keeps this order; xdist's own puts the modules with most tests first). A test not in the file
   counts :data:`UNKNOWN_S` (integration) or nothing. Refresh the file after adding slow
-  tests: ``python -m tests.support.scheduling test-artifacts/junit.xml`` on the JUnit
-  report of a full run (``./scripts/test --junitxml=test-artifacts/junit.xml``).
+  tests: ``python -m tests.support.scheduling timeline.jsonl`` on the timeline of a full
+  run (``ALICIA_TEST_TIMELINE=timeline.jsonl ./scripts/test``: each test's seconds as
+  it ran among the others, setup and teardown included), or on its JUnit report.
 * **The timeline.** With ``ALICIA_TEST_TIMELINE=<file>``, each worker appends a JSON line
   per test (worker, test id, start and end, epoch seconds): where a run's time went, which
   worker waited at the end (:func:`pytest_runtest_protocol`).
@@ -128,12 +129,13 @@ HEAVY: Final = (
     "tests/project/test_bench_servers.py",
     "tests/e2e/browser/",
     "tests/e2e/test_many_workers.py",
-    "tests/protocol/",
 )
 """Modules that load the CPU most (the room doors' attacks, load benchmarks, Chromium, three
-workers, fuzzing). Beside speech, niced, the room doors' grant scenario starved (a Configuration
-unanswered for 15 s):
-they start once no speech module is left, so they never run beside real speech."""
+workers). Beside speech, niced, the room doors' grant scenario starved (a Configuration
+unanswered for 15 s): they start once no speech module is left, so they never run beside
+real speech. (The protocol's fuzzing, CPU alone with nothing on time, runs beside speech
+at ``nice`` 10: held back, it was the run's last minute, one worker busy and the others
+done, while the speech minutes left a fifth of the CPU idle.)"""
 NICE: Final = 10
 """The niceness of the workers past the lanes (and of their servers and subprocesses)."""
 _KEPT_S: Final = 0.5
@@ -316,8 +318,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (-cost[module_of[item.nodeid]], position[module_of[item.nodeid]]))
 
 
-def write_durations(junit: Path, out: Path = DURATIONS) -> int:
-    """Write :data:`DURATIONS` from a JUnit report of a full run; the tests kept."""
+def write_durations(report: Path, out: Path = DURATIONS) -> int:
+    """Write :data:`DURATIONS` from a full run's JUnit report or timeline (the module
+    docstring); the tests kept. The tests the run left out (the benchmarks' smoke runs)
+    keep their seconds."""
+    found = _timeline_seconds(report) if report.suffix != ".xml" else _junit_seconds(report)
+    old = _durations()
+    kept = {k: v for k, v in old.items() if k not in found and k.split("::")[0] in _left_out(old)}
+    found = {k: round(v, 1) for k, v in found.items() if v >= _KEPT_S} | kept
+    out.write_text(json.dumps(dict(sorted(found.items())), indent=0) + "\n")
+    return len(found)
+
+
+def _left_out(old: dict[str, float]) -> set[str]:
+    """The modules of :data:`DURATIONS` with a test a run without ``-m`` leaves out."""
+    return {k.split("::")[0] for k in old if "bench" in k.split("::")[0]}
+
+
+def _timeline_seconds(timeline: Path) -> dict[str, float]:
+    """Seconds per test (setup and teardown included) from ``ALICIA_TEST_TIMELINE``."""
+    found: dict[str, float] = {}
+    for line in timeline.read_text().splitlines():
+        entry = json.loads(line)
+        found[entry["test"]] = float(entry["end"]) - float(entry["start"])
+    return found
+
+
+def _junit_seconds(junit: Path) -> dict[str, float]:
+    """Seconds per test (its call) from a JUnit report."""
     found: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         module = (case.get("classname") or "").split(".")
@@ -327,11 +355,8 @@ def write_durations(junit: Path, out: Path = DURATIONS) -> int:
         cut = next((i for i, p in enumerate(parts) if p.startswith("test_")), len(parts) - 1)
         path = "/".join(parts[: cut + 1]) + ".py"
         node = "::".join([path, *parts[cut + 1 :], name])
-        seconds = float(case.get("time") or 0)
-        if seconds >= _KEPT_S:
-            found[node] = round(seconds, 1)
-    out.write_text(json.dumps(dict(sorted(found.items())), indent=0) + "\n")
-    return len(found)
+        found[node] = float(case.get("time") or 0)
+    return found
 
 
 if __name__ == "__main__":
