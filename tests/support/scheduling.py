@@ -327,15 +327,10 @@ def write_durations(report: Path, out: Path = DURATIONS) -> int:
     keep their seconds."""
     found = _timeline_seconds(report) if report.suffix != ".xml" else _junit_seconds(report)
     old = _durations()
-    kept = {k: v for k, v in old.items() if k not in found and k.split("::")[0] in _left_out(old)}
+    kept = {k: v for k, v in old.items() if k not in found and "test_bench_" in k}
     found = {k: round(v, 1) for k, v in found.items() if v >= _KEPT_S} | kept
     out.write_text(json.dumps(dict(sorted(found.items())), indent=0) + "\n")
     return len(found)
-
-
-def _left_out(old: dict[str, float]) -> set[str]:
-    """The modules of :data:`DURATIONS` with a test a run without ``-m`` leaves out."""
-    return {k.split("::")[0] for k in old if "bench" in k.split("::")[0]}
 
 
 def _timeline_seconds(timeline: Path) -> dict[str, float]:
