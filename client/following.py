@@ -11,6 +11,12 @@ Configuration naming the conversation with ``lastSequenceSeen`` = the highest se
 lost; what the replay sends again is dropped by its id (:mod:`alicia.client.sequence`).
 Requests wait meanwhile (:meth:`AgentFollowing._until_ready`).
 
+An envelope whose sender LiveKit's SDK cannot name yet (the agent's data outran the news
+of its rejoining) is not taken, but its stanzaId is a hint
+(:meth:`~alicia.client.sequence.ServerSequence.suspect`): the session resumes again from
+below it, after any resume in flight (whose answer it may have been), so the agent sends
+it again as itself.
+
 An agent that cannot replay (ErrorMessage 202: its worker lost what was sent) gets a
 plain Configuration (``lastSequenceSeen`` 0): the conversation continues, and the
 session's own turns still open are ended with a recoverable error 503, as no one will
@@ -33,7 +39,9 @@ from alicia.protocol import (
     Configuration,
     ErrorCode,
     ErrorMessage,
+    ProtocolError,
     Severity,
+    decode,
     envelope,
 )
 from alicia.protocol.ids import ERROR, new_id
@@ -56,6 +64,8 @@ __all__ = ["AgentFollowing", "AgentListener"]
 logger = logging.getLogger("alicia.client.session")
 
 AgentListener = Callable[[AgentEvent], None]
+
+UNNAMED = "an envelope from a sender the SDK could not name: resuming"
 
 
 class AgentFollowing:
@@ -91,6 +101,9 @@ class AgentFollowing:
         self._lost_timer: asyncio.TimerHandle | None = None
         self._resume_task: asyncio.Task[None] | None = None
         self._last_agent: str | None = None
+        self._resync = False
+        """An envelope was suspected dropped while a resume was in flight: resume again
+        once it is answered."""
 
     def on_agent(self, listener: AgentListener) -> None:
         """Call ``listener`` when the agent leaves, is replaced, resumes or is lost."""
@@ -134,12 +147,26 @@ class AgentFollowing:
         identity = self.trust.identity
         if identity is None or self.conversation_id is None or self._state != "connected":
             return
-        logger.info("the link came back: resuming", extra={"agent": identity})
         self._ready.clear()
         self._cancel_resume()
-        self._resume_task = asyncio.get_running_loop().create_task(
-            self._resume_safely(identity, identity)
-        )
+        self._start_resume("the link came back: resuming", identity, identity)
+
+    def _unknown_sender(self, data: bytes) -> None:
+        """A packet on the protocol's topic from a sender the SDK cannot name: if it is a
+        server envelope not held, resume (again) from below it with the trusted agent."""
+        try:
+            env = decode(data)
+        except ProtocolError:
+            return
+        if not self.sequence.suspect(env.stanza_id):
+            return
+        identity = self.trust.identity
+        if identity is None or self.conversation_id is None or self._state != "connected":
+            return  # the resume with the agent once it is trusted asks from below it
+        if self._resume_task is not None and not self._resume_task.done():
+            self._resync = True  # its answer may be what was dropped: once more after it
+            return
+        self._start_resume(UNNAMED, identity, identity)
 
     def _check_agent(self) -> None:
         """The trusted agent left, or its identity now belongs to someone else?"""
@@ -173,9 +200,14 @@ class AgentFollowing:
         if self.conversation_id is None or self._state != "connected":
             return  # no conversation yet: the handshake (repeated) goes to this agent
         self._ready.clear()
-        logger.info("the agent was replaced", extra={"agent": identity, "previous": previous})
         self._emit(AgentReplaced(identity, previous))
         self._cancel_resume()
+        self._start_resume("the agent was replaced: resuming", identity, previous)
+
+    def _start_resume(self, why: str, identity: str, previous: str | None) -> None:
+        """Resume with ``identity`` in a task of its own (one at a time: the caller
+        cancelled any other)."""
+        logger.info(why, extra={"agent": identity, "previous": previous})
         self._resume_task = asyncio.get_running_loop().create_task(
             self._resume_safely(identity, previous)
         )
@@ -194,7 +226,9 @@ class AgentFollowing:
 
     async def _resume(self, identity: str, previous: str | None) -> None:
         """Resume with a new agent (§4.9); without a replay when it cannot give one."""
+        self._resync = False
         seen = self.sequence.resume_from
+        suspects = self.sequence.suspects
 
         def config(last: int) -> Configuration:
             return Configuration(
@@ -218,9 +252,11 @@ class AgentFollowing:
                 return self._resume_failed(identity, again)
             event = AgentResumed(identity, previous, seen, replayed=False, reason=str(exc))
             self._end_unfinished(identity)
-        self.sequence.resumed()
+        self.sequence.resumed(suspects)
         self._ready.set()
         self._emit(event)
+        if self._resync and self.sequence.suspected and self.trust.identity == identity:
+            self._start_resume(UNNAMED, identity, identity)  # this task ends here
 
     def _end_unfinished(self, identity: str) -> None:
         """Without a replay no one finishes the turns still open: end them, recoverable."""

@@ -12,6 +12,14 @@ A resume (§4.9) tells the agent ``lastSequenceSeen``: the highest id received b
 link or the agent was lost (:meth:`ServerSequence.lost`), not after, so the replay covers
 what the dying link may have dropped; what it sends again that had arrived is dropped here.
 
+An envelope can also arrive before the SDK knows its sender (its data outran the
+signalling of the agent's rejoining: LiveKit's SDK then names no participant, and an
+envelope no one vouches for is not taken). Its |stanzaId| is a hint, never content:
+:meth:`ServerSequence.suspect` lowers the next resume's point below it, and the session
+resumes, so the agent sends it again as itself. Only a resume started after the hint
+clears it (:attr:`ServerSequence.suspects`): a resume in flight, whose answer was the
+envelope dropped, does not.
+
 A new agent whose *first* envelope is at or below the high mark did not continue the
 sequence (a worker that lost it; every envelope of one that continues it, its replies to
 the resume first, is above the mark): the sequence restarts from its numbers, or nothing
@@ -42,6 +50,10 @@ class ServerSequence:
         self._mark: int | None = None
         self._numbered_by: str | None = None
         """Identity of the agent whose envelopes were accepted last."""
+        self._suspect: int | None = None
+        self.suspects = 0
+        """Envelopes suspected dropped so far (:meth:`suspect`): a resume clears the hint
+        only if none came since it began."""
         self.renumbered = 0
         """New agents that did not continue the sequence."""
 
@@ -53,17 +65,38 @@ class ServerSequence:
     @property
     def resume_from(self) -> int:
         """The ``lastSequenceSeen`` of the next resume: the high mark when the link or the
-        agent was lost (:meth:`lost`), or the current one."""
-        return self._high if self._mark is None else self._mark
+        agent was lost (:meth:`lost`), or the current one; below an envelope suspected
+        dropped (:meth:`suspect`)."""
+        point = self._high if self._mark is None else self._mark
+        return point if self._suspect is None else min(point, self._suspect)
+
+    @property
+    def suspected(self) -> bool:
+        """An envelope may have been dropped that no resume since has asked for."""
+        return self._suspect is not None
 
     def lost(self) -> None:
         """The link or the agent is gone: the next resume asks from what arrived by now."""
         if self._mark is None:
             self._mark = self._high
 
-    def resumed(self) -> None:
-        """A resume was answered: the next one asks from the high mark again."""
+    def suspect(self, stanza_id: int) -> bool:
+        """A server envelope numbered ``stanza_id`` came from a sender no one vouches for:
+        if it is not held, the next resume asks from below it. True when that is new."""
+        n = -stanza_id
+        if n <= 0 or n in self._got or n <= self._high - REMEMBERED:
+            return False
+        self._suspect = n - 1 if self._suspect is None else min(self._suspect, n - 1)
+        self.suspects += 1
+        return True
+
+    def resumed(self, suspects: int | None = None) -> None:
+        """A resume was answered: the next one asks from the high mark again, and from
+        below a suspected envelope only if one came after the resume began (``suspects``:
+        :attr:`suspects` when it began; ``None``: it covered them all)."""
         self._mark = None
+        if suspects is None or suspects == self.suspects:
+            self._suspect = None
 
     def accept(self, agent: str, stanza_id: int) -> bool:
         """True for a new server envelope (``stanza_id`` < 0) from ``agent``; False for a
@@ -76,7 +109,7 @@ class ServerSequence:
                     extra={"agent": agent, "stanza": stanza_id, "mark": -self._high},
                 )
                 self.renumbered += 1
-                self._high, self._mark = 0, None
+                self._high, self._mark, self._suspect = 0, None, None
                 self._got.clear()
             self._numbered_by = agent
         if n <= 0 or n in self._got or n <= self._high - REMEMBERED:

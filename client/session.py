@@ -395,6 +395,8 @@ class ClientSession(AgentFollowing):
         if sender is None or not self.trust.trusts(sender):
             if sender is not None and sender.identity == self.trust.identity:
                 self._check_agent()  # someone else holds the agent's identity now
+            elif sender is None:
+                self._unknown_sender(packet.data)
             self.untrusted += 1
             return
         try:

@@ -15,6 +15,7 @@ import os
 from collections.abc import AsyncIterator
 
 import pytest
+from livekit import rtc
 
 from alicia.client import (
     AgentEvent,
@@ -27,9 +28,17 @@ from alicia.client import (
     mint_token,
 )
 from alicia.harness import LiveKitServer
-from alicia.protocol import DATA_TOPIC, Configuration, UserMessage, encode, new_id
+from alicia.protocol import (
+    DATA_TOPIC,
+    Configuration,
+    ReasoningStep,
+    UserMessage,
+    encode,
+    envelope,
+    new_id,
+)
 from tests.support.client_cli import CLI
-from tests.support.scripted_agent import Script, scripted_agent
+from tests.support.scripted_agent import Script, ScriptedAgent, scripted_agent
 from tests.support.trust import ANSWER, FORGED, forging, from_clients, last_stanza, shown, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -331,6 +340,23 @@ async def test_an_agent_that_does_not_announce_the_protocol_is_never_trusted(
     assert from_clients(avatar) == []
 
 
+@contextlib.asynccontextmanager
+async def with_agent_a(
+    server: LiveKitServer, events: list[AgentEvent]
+) -> AsyncIterator[tuple[ClientSession, ScriptedAgent]]:
+    """A session in a new room, handshaken with the scripted agent ``agent-a`` (its agent
+    events into ``events``)."""
+    room = new_id("conv")
+    session = ClientSession()
+    session.on_agent(events.append)
+    async with session:
+        await session.connect(server.url, token(server, room))
+        async with scripted_agent(server, room, identity="agent-a") as a:
+            await session.wait_for_agent(15)
+            await session.handshake()
+            yield session, a
+
+
 async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
     livekit_server: LiveKitServer,
 ) -> None:
@@ -338,23 +364,16 @@ async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
     node when its node died): envelopes sent meanwhile may be lost, so the session resumes
     with the agent it trusts (§4.9: lastSequenceSeen = the last it saw when the link was
     lost, whatever came after it: what the dying link dropped can lie below) and says so."""
-    room = new_id("conv")
     events: list[AgentEvent] = []
-    session = ClientSession()
-    session.on_agent(events.append)
-    async with session:
-        await session.connect(livekit_server.url, token(livekit_server, room))
-        async with scripted_agent(livekit_server, room, identity="agent-a") as a:
-            await session.wait_for_agent(15)
-            await session.handshake()
-            await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
-            seen = last_stanza(a)
-            session.room.emit("reconnecting")  # what the SDK emits when the link drops
-            await session.wait_turn(await session.ask("meanwhile"), timeout=15)
-            assert session.last_sequence_seen > seen  # arrived after the loss
-            session.room.emit("reconnected")  # what the SDK emits once the link is back
-            await until(lambda: events != [], what="the resume")
-            after = await session.wait_turn(await session.ask("again"), timeout=15)
+    async with with_agent_a(livekit_server, events) as (session, a):
+        await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
+        seen = last_stanza(a)
+        session.room.emit("reconnecting")  # what the SDK emits when the link drops
+        await session.wait_turn(await session.ask("meanwhile"), timeout=15)
+        assert session.last_sequence_seen > seen  # arrived after the loss
+        session.room.emit("reconnected")  # what the SDK emits once the link is back
+        await until(lambda: events != [], what="the resume")
+        after = await session.wait_turn(await session.ask("again"), timeout=15)
     assert [c.last_sequence_seen for c in from_clients(a, Configuration)] == [0, seen]
     [resumed] = events
     assert isinstance(resumed, AgentResumed) and resumed.replayed
@@ -363,4 +382,39 @@ async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
         "agent-a",
         seen,
     )
+    assert after.answer == ANSWER
+
+
+async def test_an_envelope_whose_sender_the_sdk_cannot_name_is_asked_for_again(
+    livekit_server: LiveKitServer,
+) -> None:
+    """The agent's data can outrun the news of its rejoining: LiveKit's SDK then names no
+    sender. Such an envelope is not taken (no one vouches for it), but its stanzaId is a
+    hint: the session resumes with the agent it trusts from below it (§4.9), so the agent
+    sends it again as itself, and the conversation goes on."""
+    events: list[AgentEvent] = []
+    async with with_agent_a(livekit_server, events) as (session, a):
+        room = session.room.name  # the conversation's id
+        first = await session.ask("6 x 7?")
+        await session.wait_turn(first, timeout=15)
+        seen = last_stanza(a)
+        unnamed = ReasoningStep(
+            id=new_id("rs"),
+            conversation_id=room,
+            previous_id=first.user_message_id,
+            content="UNNAMED",
+            step_index=9,
+        )
+        data = encode(envelope(unnamed, stanza_id=-(seen + 1), conversation_id=room))
+        # What the SDK emits for a packet from a participant it does not know yet.
+        packet = rtc.DataPacket(data, rtc.DataPacketKind.KIND_RELIABLE, None, DATA_TOPIC)
+        session.room.emit("data_received", packet)
+        await until(lambda: events != [], what="the resume")
+        after = await session.wait_turn(await session.ask("again"), timeout=15)
+    assert [c.last_sequence_seen for c in from_clients(a, Configuration)] == [0, seen]
+    [resumed] = events
+    assert isinstance(resumed, AgentResumed) and resumed.replayed
+    assert (resumed.identity, resumed.last_sequence_seen) == ("agent-a", seen)
+    assert "UNNAMED" not in shown(session)
+    assert session.untrusted == 1
     assert after.answer == ANSWER

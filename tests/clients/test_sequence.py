@@ -54,3 +54,32 @@ def test_ids_far_below_the_mark_count_as_seen_and_memory_stays_bounded() -> None
     assert seq.accept("a", -(top - 2)) is True  # within the window: a late one
     assert seq.accept("a", -2) is False  # far below: taken as seen
     assert len(seq._got) <= 2 * REMEMBERED + 1
+
+
+def test_an_envelope_from_an_unnamed_sender_lowers_the_resume_point_until_a_later_resume() -> None:
+    seq = ServerSequence()
+    for n in (1, 2, 3, 4):
+        seq.accept("a", -n)
+    assert seq.suspect(-4) is False  # held: nothing to ask again
+    assert seq.suspect(3) is False  # a client's number
+    seq.lost()
+    began = seq.suspects  # a resume in flight asks from 4
+    assert seq.suspect(-7) is True  # dropped: its sender was not named yet (its answer?)
+    assert seq.suspect(-6) is True
+    assert (seq.suspected, seq.resume_from) == (True, 4)  # the mark is lower still
+    seq.accept("a", -8)
+    seq.resumed(began)  # answered, but the drops came after it began
+    assert (seq.suspected, seq.resume_from) == (True, 5)
+    began = seq.suspects
+    seq.resumed(began)  # the next resume, begun after them, asked from 5
+    assert (seq.suspected, seq.resume_from) == (False, 8)
+
+
+def test_a_suspect_far_below_or_from_a_renumbering_agent_is_forgotten() -> None:
+    seq = ServerSequence()
+    for n in range(1, REMEMBERED + 10):
+        seq.accept("a", -n)
+    assert seq.suspect(-5) is False  # far below the window: taken as seen
+    assert seq.suspect(-(REMEMBERED + 20)) is True
+    assert seq.accept("b", -1) is True  # b numbers from scratch: the hint was a's
+    assert (seq.suspected, seq.resume_from) == (False, 1)

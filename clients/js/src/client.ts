@@ -73,6 +73,7 @@ export interface ReasoningClientOptions {
 }
 
 export const CLIENT_VERSION = "alicia-js/0.1.0";
+const UNNAMED = "an envelope came from a sender not yet named";
 
 type Waiter = (body: Configuration | Error) => void;
 
@@ -94,6 +95,10 @@ export class ReasoningClient {
   private lost?: Error;
   private lostTimer?: ReturnType<typeof setTimeout>;
   private configChain: Promise<unknown> = Promise.resolve();
+  /** Resumes under way, and whether to resume once more after them (an envelope from a
+   * sender not yet named came meanwhile). */
+  private resuming = 0;
+  private resyncAfter = false;
   private configWaiter?: Waiter;
   private agentWaiter?: () => void;
   private resent = new Set<string>();
@@ -422,9 +427,40 @@ export class ReasoningClient {
     void this.resume(identity, identity, "the link came back");
   }
 
+  /** A packet from a sender livekit-client cannot name yet (the agent's data outran the
+   * news of its rejoining): not taken, but if it is a server envelope not held, resume
+   * from below it, after any resume under way (its answer may be what was dropped). */
+  private unnamed(payload: Uint8Array): void {
+    let env: Envelope;
+    try {
+      env = decodeEnvelope(payload);
+    } catch {
+      return;
+    }
+    if (!this.sequence.suspect(env.stanzaId)) return;
+    const identity = this.trust.identity;
+    if (this.closed || !identity || !this.state.conversationId) return; // asked from below on adoption
+    if (this.resuming > 0) this.resyncAfter = true;
+    else if (this.state.status === "ready") void this.resume(identity, identity, UNNAMED);
+  }
+
   /** Resume with a new agent (§4.9); without a replay when it cannot give one. */
   private async resume(identity: string, previous?: string, why?: string): Promise<void> {
+    this.resuming++;
+    try {
+      await this.resumeNow(identity, previous, why);
+    } finally {
+      this.resuming--;
+    }
+    if (this.resuming === 0 && this.resyncAfter && this.sequence.suspected && this.trust.identity === identity) {
+      this.resyncAfter = false;
+      void this.resume(identity, identity, UNNAMED);
+    }
+  }
+
+  private async resumeNow(identity: string, previous?: string, why?: string): Promise<void> {
     const seen = this.sequence.resumeFrom;
+    const suspects = this.sequence.suspects;
     const what = why ?? (previous === identity ? "the agent rejoined" : "the agent was replaced");
     let text = `${what} (${identity}); resumed after server message ${seen}`;
     try {
@@ -441,7 +477,7 @@ export class ReasoningClient {
       for (const turn of this.assembler.endUnfinished(503, message)) this.emit([{ kind: "done", turn }]);
     }
     if (this.trust.identity !== identity) return; // replaced again meanwhile
-    this.sequence.resumed();
+    this.sequence.resumed(suspects);
     this.notice(text);
     const changes = this.state.agentChanges + (why ? 0 : 1);
     this.setState({ agentChanges: changes, agentState: "ready", status: "ready" });
@@ -481,7 +517,8 @@ export class ReasoningClient {
   private onData(payload: Uint8Array, participant?: Participant, topic?: string): void {
     if (topic !== DATA_TOPIC) return;
     if (!participant || !this.trust.trusts(participant)) {
-      if (participant?.identity === this.trust.identity) this.checkAgent();
+      if (!participant) this.unnamed(payload);
+      else if (participant.identity === this.trust.identity) this.checkAgent();
       return this.setState({ untrusted: this.state.untrusted + 1 });
     }
     let env: Envelope;

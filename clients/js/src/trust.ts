@@ -115,7 +115,10 @@ export const REMEMBERED = 2000;
  * through the new one. A resume's lastSequenceSeen is the high mark when the link or the
  * agent was lost (`lost()`), so the replay covers what the dying link dropped. A new agent
  * whose first envelope is at or below the mark did not continue the sequence (its worker
- * lost it): the sequence restarts from its numbers.
+ * lost it): the sequence restarts from its numbers. An envelope whose sender livekit-client
+ * could not name yet (its data outran the news of the agent's rejoining) is not taken, but
+ * its id is a hint (`suspect()`): the next resume asks from below it, and only a resume
+ * begun after the hint clears it (`suspects`).
  */
 export class ServerSequence {
   /** The highest |stanzaId| accepted (0: none). */
@@ -125,10 +128,29 @@ export class ServerSequence {
   private numberedBy?: string;
   private got = new Set<number>();
   private mark?: number;
+  private below?: number;
+  /** Envelopes suspected dropped so far (`suspect()`). */
+  suspects = 0;
 
   /** The lastSequenceSeen of the next resume (see the class). */
   get resumeFrom(): number {
-    return this.mark ?? this.high;
+    const point = this.mark ?? this.high;
+    return this.below === undefined ? point : Math.min(point, this.below);
+  }
+
+  /** An envelope may have been dropped that no resume since has asked for. */
+  get suspected(): boolean {
+    return this.below !== undefined;
+  }
+
+  /** A server envelope came from a sender no one vouches for: if it is not held, the next
+   * resume asks from below it. True when that is new. */
+  suspect(stanzaId: number): boolean {
+    const n = -stanzaId;
+    if (n <= 0 || this.got.has(n) || n <= this.high - REMEMBERED) return false;
+    this.below = Math.min(this.below ?? n - 1, n - 1);
+    this.suspects++;
+    return true;
   }
 
   /** The link or the agent is gone: the next resume asks from what arrived by now. */
@@ -136,9 +158,12 @@ export class ServerSequence {
     this.mark ??= this.high;
   }
 
-  /** A resume was answered: the next one asks from the high mark again. */
-  resumed(): void {
+  /** A resume was answered: the next one asks from the high mark again, and from below a
+   * suspected envelope only if one came after the resume began (`suspects`: the count when
+   * it began; omitted: it covered them all). */
+  resumed(suspects?: number): void {
     this.mark = undefined;
+    if (suspects === undefined || suspects === this.suspects) this.below = undefined;
   }
 
   /** True for a new server envelope from `agent`; false for a duplicate. */
@@ -149,6 +174,7 @@ export class ServerSequence {
         this.renumbered++;
         this.high = 0;
         this.mark = undefined;
+        this.below = undefined;
         this.got.clear();
       }
       this.numberedBy = agent;

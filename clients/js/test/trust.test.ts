@@ -120,6 +120,22 @@ test("what the dying link dropped is taken when replayed, and a resume asks from
   assert.equal(seq.resumeFrom, 5);
 });
 
+test("an envelope from a sender not yet named lowers the resume point until a resume begun after it", () => {
+  const seq = new ServerSequence();
+  for (const n of [1, 2, 3, 4]) seq.accept("a", -n);
+  assert.deepEqual([seq.suspect(-4), seq.suspect(3)], [false, false]); // held; a client's number
+  seq.lost();
+  const began = seq.suspects; // a resume in flight asks from 4
+  assert.deepEqual([seq.suspect(-7), seq.suspect(-6)], [true, true]);
+  assert.deepEqual([seq.suspected, seq.resumeFrom], [true, 4]);
+  seq.accept("a", -8);
+  seq.resumed(began); // answered, but the drops came after it began
+  assert.deepEqual([seq.suspected, seq.resumeFrom], [true, 5]);
+  seq.resumed(seq.suspects);
+  assert.deepEqual([seq.suspected, seq.resumeFrom], [false, 8]);
+  assert.deepEqual([seq.suspect(-20), seq.accept("b", -1), seq.suspected], [true, true, false]); // renumbered
+});
+
 /** Just enough of a livekit-client Room for the ReasoningClient. */
 class FakeRoom {
   state = ConnectionState.Connected;
@@ -151,7 +167,7 @@ class FakeRoom {
     this.remoteParticipants.delete(p.identity);
     this.emit(RoomEvent.ParticipantDisconnected, p);
   }
-  data(from: FakeParticipant, type: number, stanzaId: number, body: Record<string, unknown>): void {
+  data(from: FakeParticipant | undefined, type: number, stanzaId: number, body: Record<string, unknown>): void {
     const bytes = encodeEnvelope({ stanzaId, conversationId: this.name, type, body } as Envelope);
     this.emit(RoomEvent.DataReceived, bytes, from, undefined, "alicia");
   }
@@ -217,7 +233,8 @@ test("ReasoningClient: handshake with the agent, drops others' packets, resumes 
   client.close();
 });
 
-test("ReasoningClient: after its link comes back it resumes from what had arrived, and takes what the dying link dropped", async () => {
+/** A client ready with agent-a in a FakeRoom, one question asked and its first step (-2) in. */
+async function askedAgentA() {
   const room = new FakeRoom();
   const a = person("agent-a");
   room.remoteParticipants.set(a.identity, a);
@@ -230,6 +247,11 @@ test("ReasoningClient: after its link comes back it resumes from what had arrive
   await started;
   const id = await client.ask("6 x 7?");
   room.data(a, T.ReasoningStep, -2, { id: "rs_1", conversationId: "c", previousId: id, content: "one", stepIndex: 1 });
+  return { room, a, client, notices, id };
+}
+
+test("ReasoningClient: after its link comes back it resumes from what had arrived, and takes what the dying link dropped", async () => {
+  const { room, a, client, notices, id } = await askedAgentA();
   room.emit(RoomEvent.Reconnecting);
   // -3 went into the link going down; -4 comes through the new one before the resume
   room.data(a, T.ReasoningStep, -4, { id: "rs_3", conversationId: "c", previousId: id, content: "three", stepIndex: 3 });
@@ -249,5 +271,32 @@ test("ReasoningClient: after its link comes back it resumes from what had arrive
   );
   assert.deepEqual([client.getState().agentChanges, client.getState().agentState, client.getState().status], [0, "ready", "ready"]);
   assert.deepEqual(notices, ["the link came back (agent-a); resumed after server message 2"]);
+  client.close();
+});
+
+test("ReasoningClient: an envelope from a sender not yet named, the answer to its resume, is asked for again", async () => {
+  const { room, a, client, notices, id } = await askedAgentA();
+  room.emit(RoomEvent.Reconnecting);
+  room.emit(RoomEvent.Reconnected);
+  await tick();
+  assert.deepEqual((room.sent.at(-1)?.env.body as Configuration).lastSequenceSeen, 2);
+  // The agent's answer: its first envelope outruns the news of the agent (no participant)
+  room.data(undefined, T.ReasoningStep, -3, { id: "rs_2", conversationId: "c", previousId: id, content: "two", stepIndex: 2 });
+  room.data(a, T.Configuration, -4, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  await tick();
+  assert.deepEqual(client.turns[0].steps.map((s) => s.content), ["one"]); // not taken unnamed
+  const again = room.sent.at(-1);
+  assert.deepEqual([again?.env.type, (again?.env.body as Configuration).lastSequenceSeen], [T.Configuration, 2]);
+  room.data(a, T.Configuration, -5, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  room.data(a, T.ReasoningStep, -3, { id: "rs_2", conversationId: "c", previousId: id, content: "two", stepIndex: 2 });
+  room.data(a, T.Configuration, -4, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  await tick();
+  assert.deepEqual(client.turns[0].steps.map((s) => s.content), ["one", "two"]);
+  assert.equal(room.sent.filter((x) => x.env.type === T.Configuration).length, 3); // no third resume
+  assert.deepEqual(notices, [
+    "the link came back (agent-a); resumed after server message 2",
+    "an envelope came from a sender not yet named (agent-a); resumed after server message 2",
+  ]);
+  assert.equal(client.getState().status, "ready");
   client.close();
 });

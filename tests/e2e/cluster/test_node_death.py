@@ -6,14 +6,17 @@ the balancer, as a deployment would. Four rooms mid-turn; the node hosting most 
 (Redis's ``room_node_map``) is killed. Its rooms are gone from LiveKit. LiveKit's SDK
 brings every participant back through the balancer to the node that is left, where the
 room starts again; the agent serves it again (the same one: its process lives, with its
-lease), and every client resumes from what it last saw (§4.9, on the SDK's
-``reconnected``), repeating its Configuration as the clients do until the reply arrives (a
-first reply can go into the agent's or the client's link before it is up: the agent
-answers each repeat received after its answer went out, in full). Each client then holds
-every envelope logged for it (nothing lost), none twice and none sent twice unasked, the
-stepIndex chains are whole, what it holds is what is stored, the cut turn is closed (its
-answer finished, or ErrorMessage 503), and a new turn works everywhere. The time from the
-kill to each lost room's first envelope is printed (``NODE_DEATH`` line).
+lease), and every client resumes from what it had when its link or the agent was lost
+(§4.9; on the SDK's ``reconnected`` if the agent is there, else once it is back),
+repeating its Configuration as the clients do until the reply arrives (a first reply can
+go into the agent's or the client's link before it is up: the agent answers each repeat
+received after its answer went out, in full). Each client then holds every envelope
+logged for it (nothing lost: one whose sender the SDK could not name yet, as the agent's
+data can outrun the news of its rejoining, is asked for again by a resume from below it,
+as the clients do), none twice and none sent twice unasked, the stepIndex chains are
+whole, what it holds is what is stored, the cut turn is closed (its answer finished, or
+ErrorMessage 503), and a new turn works everywhere. The time from the kill to each lost
+room's first envelope is printed (``NODE_DEATH`` line).
 """
 
 from __future__ import annotations
@@ -123,5 +126,6 @@ async def test_a_node_that_dies_leaves_no_room_without_its_conversation(
         f"NODE_DEATH rooms={ROOMS} lost_with_the_node={len(lost)} "
         f"max_s_to_first_envelope={max(back):.2f} lost=0 "  # check_consistent: no gap
         f"repeated={sum(len(c.conflicts) + len(c.unexplained) for _, c, _ in rooms)} "
-        f"replayed_again_dropped={sum(c.duplicates for _, c, _ in rooms)}"
+        f"replayed_again_dropped={sum(c.duplicates for _, c, _ in rooms)} "
+        f"unnamed_asked_again={sum(c.unnamed for _, c, _ in rooms)}"
     )

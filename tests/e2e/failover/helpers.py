@@ -4,8 +4,10 @@
 the one the test's livekit-server posts to). :class:`FollowingClient` is a protocol
 client in a real room that trusts only participants of kind AGENT, one at a time while
 it stays (the clients' ``AgentTrust``), keeps every envelope they send with its
-``stanzaId``, and when another agent takes over resumes with it
-(Configuration with ``lastSequenceSeen`` = the highest server stanza received), as the
+``stanzaId``, and when another agent takes over, the same one comes back or its own link
+does, resumes with it (Configuration with ``lastSequenceSeen`` = the highest server stanza
+received when the link or the agent was lost, kept by the client library's
+``ServerSequence``; below an envelope whose sender the SDK could not name), as the
 project's clients do. :func:`open_leases` and :func:`lease_keeper` open the lease table
 (and a process's lease keeper) on a test's database and release its connections.
 """
@@ -28,6 +30,7 @@ from livekit import api, rtc
 from alicia.agent.gate.ffi_routing import route_room
 from alicia.agent.rooms.lease_keeper import LeaseKeeper
 from alicia.agent.storage.leases import Leases
+from alicia.client.sequence import ServerSequence
 from alicia.client.trust import AgentTrust
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
@@ -230,12 +233,19 @@ class FollowingClient:
         self.heard: list[tuple[str, float, bytes]] = []
         """(sender, time.monotonic(), bytes) of every packet any agent sent it."""
         self._trust = AgentTrust(agent_name=None, expected_identity=None)
+        self.sequence = ServerSequence()
+        """The resume point, as the client library keeps it (the high mark when the link
+        or the agent was lost; below an envelope from a sender the SDK could not name)."""
+        self._resync = False
+        self.unnamed = 0
+        """Server envelopes not held that came from a sender the SDK could not name."""
         self._event = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
         room.on("participant_connected", self._on_participant)
         room.on("participant_attributes_changed", self._on_attributes)
         room.on("participant_disconnected", self._on_left)
+        room.on("reconnecting", self.sequence.lost)
         room.on("reconnected", self._on_reconnected)
         for p in room.remote_participants.values():
             self._on_participant(p)
@@ -260,25 +270,29 @@ class FollowingClient:
 
     def _on_left(self, participant: rtc.RemoteParticipant) -> None:
         present = self.room.remote_participants
-        if self._trust.leave(present) and (found := self._trust.successor(present)) is not None:
+        if not self._trust.leave(present):
+            return
+        self.sequence.lost()
+        if (found := self._trust.successor(present)) is not None:
             self._follow(found)
 
     def _follow(self, participant: rtc.RemoteParticipant) -> None:
-        """Trust moved to ``participant``: resume with it unless it is the first agent."""
-        if participant.identity == self.agent:
-            return
+        """Trust moved to ``participant``: resume with it unless it is the first agent
+        (the same agent too, back after it left: its rooms's node died, say)."""
         first = not self.agent
-        self.agent = participant.identity
-        self.agents.append((participant.identity, time.monotonic()))
+        if participant.identity != self.agent:
+            self.agent = participant.identity
+            self.agents.append((participant.identity, time.monotonic()))
         self._event.set()
-        if not first:  # a new agent took over: resume with it
+        if not first:
             self._start_resume()
 
     def _on_reconnected(self) -> None:
         """The SDK brought the link back (perhaps into the room started again on another
-        node): resume with the agent, as the client library does."""
+        node): resume with the agent if it is here, as the client library does (else with
+        it once it is back)."""
         self.reconnected.append(time.monotonic())
-        if self.agent:
+        if self._trust.identity is not None:
             self._start_resume()
 
     def _start_resume(self) -> None:
@@ -294,6 +308,8 @@ class FollowingClient:
 
     def _on_data(self, packet: rtc.DataPacket) -> None:
         sender = packet.participant
+        if packet.topic == DATA_TOPIC and sender is None:
+            self._unnamed(packet.data)
         if packet.topic != DATA_TOPIC or sender is None or sender.kind != AGENT:
             return
         self.heard.append((sender.identity, time.monotonic(), bytes(packet.data)))
@@ -309,6 +325,7 @@ class FollowingClient:
             held = self._held.get(env.stanza_id)
             if held is None:
                 self._held[env.stanza_id] = bytes(packet.data)
+                self.sequence.accept(sender.identity, env.stanza_id)
                 self.box.append(env)
                 self._event.set()
             elif held == packet.data:
@@ -318,8 +335,23 @@ class FollowingClient:
             else:
                 self.conflicts.append(env)
 
+    def _unnamed(self, data: bytes) -> None:
+        """A packet from a sender the SDK cannot name yet (the agent's data outran the
+        news of its rejoining): not taken, but resumed from below it, as the client
+        library does (after a resume in flight: its answer may be what was dropped)."""
+        if not self.sequence.suspect(decode(data).stanza_id):
+            return
+        self.unnamed += 1
+        if self._resuming is not None and not self._resuming.done():
+            self._resync = True
+        elif self._trust.identity is not None:
+            self._start_resume()
+
     async def _resume(self) -> None:
-        seen = self.highest
+        self._resync = False
+        seen = self.sequence.resume_from
+        suspects = self.sequence.suspects
+        held = self.highest  # the reply is numbered above all of it (a replay may not be)
         self.resumed_from.append(seen)
         body = Configuration(
             conversation_id=self.conversation_id,
@@ -336,8 +368,12 @@ class FollowingClient:
                 data, reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
             )
             with contextlib.suppress(TimeoutError):
-                await self.wait_for(Configuration, within=wait, after=seen)
+                await self.wait_for(Configuration, within=wait, after=held)
                 self.resumed.append(time.monotonic())
+                self.sequence.resumed(suspects)
+                if self._resync and self.sequence.suspected:
+                    self._resuming = None  # this task ends here
+                    self._start_resume()
                 return
 
     async def wait_for_agent(self, within: float = 30.0) -> None:
