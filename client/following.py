@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Final, Literal
 
 from livekit import rtc
 
@@ -66,6 +66,10 @@ logger = logging.getLogger("alicia.client.session")
 AgentListener = Callable[[AgentEvent], None]
 
 UNNAMED = "an envelope from a sender the SDK could not name: resuming"
+UNNAMED_WINDOW_S: Final = 10.0
+"""After the link came back or the agent (re)joined, how long an envelope from a sender
+the SDK cannot name may make the session resume once more (the race is then; anyone can
+send such a packet, so at most one such resume per window)."""
 
 
 class AgentFollowing:
@@ -104,6 +108,9 @@ class AgentFollowing:
         self._resync = False
         """An envelope was suspected dropped while a resume was in flight: resume again
         once it is answered."""
+        self._unnamed_until = 0.0
+        self._unnamed_left = 0
+        """Resumes an unnamed sender's envelope may still cause (see UNNAMED_WINDOW_S)."""
 
     def on_agent(self, listener: AgentListener) -> None:
         """Call ``listener`` when the agent leaves, is replaced, resumes or is lost."""
@@ -149,11 +156,19 @@ class AgentFollowing:
             return
         self._ready.clear()
         self._cancel_resume()
+        self._open_unnamed_window()
         self._start_resume("the link came back: resuming", identity, identity)
+
+    def _open_unnamed_window(self) -> None:
+        self._unnamed_until = asyncio.get_running_loop().time() + UNNAMED_WINDOW_S
+        self._unnamed_left = 1
 
     def _unknown_sender(self, data: bytes) -> None:
         """A packet on the protocol's topic from a sender the SDK cannot name: if it is a
-        server envelope not held, resume (again) from below it with the trusted agent."""
+        server envelope not held, resume (again) from below it with the trusted agent
+        (once per window after the link or the agent came back)."""
+        if self._unnamed_left <= 0 or asyncio.get_running_loop().time() > self._unnamed_until:
+            return
         try:
             env = decode(data)
         except ProtocolError:
@@ -163,6 +178,7 @@ class AgentFollowing:
         identity = self.trust.identity
         if identity is None or self.conversation_id is None or self._state != "connected":
             return  # the resume with the agent once it is trusted asks from below it
+        self._unnamed_left -= 1
         if self._resume_task is not None and not self._resume_task.done():
             self._resync = True  # its answer may be what was dropped: once more after it
             return
@@ -202,6 +218,7 @@ class AgentFollowing:
         self._ready.clear()
         self._emit(AgentReplaced(identity, previous))
         self._cancel_resume()
+        self._open_unnamed_window()
         self._start_resume("the agent was replaced: resuming", identity, previous)
 
     def _start_resume(self, why: str, identity: str, previous: str | None) -> None:
@@ -227,8 +244,7 @@ class AgentFollowing:
     async def _resume(self, identity: str, previous: str | None) -> None:
         """Resume with a new agent (§4.9); without a replay when it cannot give one."""
         self._resync = False
-        seen = self.sequence.resume_from
-        suspects = self.sequence.suspects
+        seen, suspects = self.sequence.asking()
 
         def config(last: int) -> Configuration:
             return Configuration(

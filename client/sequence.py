@@ -18,7 +18,9 @@ envelope no one vouches for is not taken). Its |stanzaId| is a hint, never conte
 :meth:`ServerSequence.suspect` lowers the next resume's point below it, and the session
 resumes, so the agent sends it again as itself. Only a resume started after the hint
 clears it (:attr:`ServerSequence.suspects`): a resume in flight, whose answer was the
-envelope dropped, does not.
+envelope dropped, does not. Anyone could send such a packet, so only a plausible id is
+taken: above the point the last resume asked from (what it covers needs no hint) and at
+most :data:`SUSPECT_AHEAD` above the high mark.
 
 A new agent whose *first* envelope is at or below the high mark did not continue the
 sequence (a worker that lost it; every envelope of one that continues it, its replies to
@@ -31,13 +33,16 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-__all__ = ["REMEMBERED", "ServerSequence"]
+__all__ = ["REMEMBERED", "SUSPECT_AHEAD", "ServerSequence"]
 
 logger = logging.getLogger(__name__)
 
 REMEMBERED: Final = 2000
 """Stanza ids remembered below the high mark (twice the largest replay an agent makes,
 PROTOCOL.md §4.9's 1000): an older one is taken as seen."""
+SUSPECT_AHEAD: Final = 100
+"""How far above the high mark an unnamed envelope's id is taken as a hint (the agent's
+next few envelopes; a forged -2147483647 is not)."""
 
 
 class ServerSequence:
@@ -51,6 +56,8 @@ class ServerSequence:
         self._numbered_by: str | None = None
         """Identity of the agent whose envelopes were accepted last."""
         self._suspect: int | None = None
+        self._asked = 0
+        """The lastSequenceSeen of the last resume begun (:meth:`asking`)."""
         self.suspects = 0
         """Envelopes suspected dropped so far (:meth:`suspect`): a resume clears the hint
         only if none came since it began."""
@@ -75,6 +82,12 @@ class ServerSequence:
         """An envelope may have been dropped that no resume since has asked for."""
         return self._suspect is not None
 
+    def asking(self) -> tuple[int, int]:
+        """A resume begins: its ``lastSequenceSeen`` (:attr:`resume_from`) and the
+        :attr:`suspects` so far (for :meth:`resumed`)."""
+        self._asked = self.resume_from
+        return self._asked, self.suspects
+
     def lost(self) -> None:
         """The link or the agent is gone: the next resume asks from what arrived by now."""
         if self._mark is None:
@@ -84,7 +97,9 @@ class ServerSequence:
         """A server envelope numbered ``stanza_id`` came from a sender no one vouches for:
         if it is not held, the next resume asks from below it. True when that is new."""
         n = -stanza_id
-        if n <= 0 or n in self._got or n <= self._high - REMEMBERED:
+        if n <= max(self._asked, self._high - REMEMBERED) or n > self._high + SUSPECT_AHEAD:
+            return False
+        if n in self._got:
             return False
         self._suspect = n - 1 if self._suspect is None else min(self._suspect, n - 1)
         self.suspects += 1
@@ -109,7 +124,7 @@ class ServerSequence:
                     extra={"agent": agent, "stanza": stanza_id, "mark": -self._high},
                 )
                 self.renumbered += 1
-                self._high, self._mark, self._suspect = 0, None, None
+                self._high, self._mark, self._suspect, self._asked = 0, None, None, 0
                 self._got.clear()
             self._numbered_by = agent
         if n <= 0 or n in self._got or n <= self._high - REMEMBERED:

@@ -388,33 +388,45 @@ async def test_when_its_room_reconnects_the_session_resumes_with_the_same_agent(
 async def test_an_envelope_whose_sender_the_sdk_cannot_name_is_asked_for_again(
     livekit_server: LiveKitServer,
 ) -> None:
-    """The agent's data can outrun the news of its rejoining: LiveKit's SDK then names no
-    sender. Such an envelope is not taken (no one vouches for it), but its stanzaId is a
-    hint: the session resumes with the agent it trusts from below it (§4.9), so the agent
-    sends it again as itself, and the conversation goes on."""
+    """After the link came back, the agent's data can outrun the news of it: LiveKit's SDK
+    then names no sender. Such an envelope is not taken (no one vouches for it), but its
+    stanzaId is a hint: once the resume under way is answered (it may have been its
+    answer), the session resumes again from below it (§4.9), so the agent sends it again
+    as itself. Once per window: a second such envelope makes no third resume."""
     events: list[AgentEvent] = []
     async with with_agent_a(livekit_server, events) as (session, a):
         room = session.room.name  # the conversation's id
         first = await session.ask("6 x 7?")
         await session.wait_turn(first, timeout=15)
         seen = last_stanza(a)
-        unnamed = ReasoningStep(
-            id=new_id("rs"),
-            conversation_id=room,
-            previous_id=first.user_message_id,
-            content="UNNAMED",
-            step_index=9,
-        )
-        data = encode(envelope(unnamed, stanza_id=-(seen + 1), conversation_id=room))
-        # What the SDK emits for a packet from a participant it does not know yet.
-        packet = rtc.DataPacket(data, rtc.DataPacketKind.KIND_RELIABLE, None, DATA_TOPIC)
-        session.room.emit("data_received", packet)
-        await until(lambda: events != [], what="the resume")
+
+        def unnamed(stanza: int) -> None:
+            """What the SDK emits for a packet from a participant it does not know yet."""
+            step = ReasoningStep(
+                id=new_id("rs"),
+                conversation_id=room,
+                previous_id=first.user_message_id,
+                content="UNNAMED",
+                step_index=9,
+            )
+            data = encode(envelope(step, stanza_id=-stanza, conversation_id=room))
+            packet = rtc.DataPacket(data, rtc.DataPacketKind.KIND_RELIABLE, None, DATA_TOPIC)
+            session.room.emit("data_received", packet)
+
+        session.room.emit("reconnecting")
+        session.room.emit("reconnected")
+        await until(lambda: len(from_clients(a, Configuration)) == 2, what="the resume")
+        n = session.last_sequence_seen + 1  # the agent's next: its answer, if not in yet
+        unnamed(n)
+        await until(lambda: len(events) == 2, what="the second resume")
+        unnamed(session.last_sequence_seen + 1)  # the window's one resume is spent
         after = await session.wait_turn(await session.ask("again"), timeout=15)
-    assert [c.last_sequence_seen for c in from_clients(a, Configuration)] == [0, seen]
-    [resumed] = events
-    assert isinstance(resumed, AgentResumed) and resumed.replayed
-    assert (resumed.identity, resumed.last_sequence_seen) == ("agent-a", seen)
+    assert [c.last_sequence_seen for c in from_clients(a, Configuration)] == [0, seen, n - 1]
+    assert all(isinstance(e, AgentResumed) and e.replayed for e in events)
+    assert [(e.identity, e.last_sequence_seen) for e in events] == [  # type: ignore[union-attr]
+        ("agent-a", seen),
+        ("agent-a", n - 1),
+    ]
     assert "UNNAMED" not in shown(session)
-    assert session.untrusted == 1
+    assert session.untrusted == 2
     assert after.answer == ANSWER

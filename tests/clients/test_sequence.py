@@ -3,7 +3,7 @@ de-duplication by id, and the resume point held from the moment the link or agen
 
 from __future__ import annotations
 
-from alicia.client.sequence import REMEMBERED, ServerSequence
+from alicia.client.sequence import REMEMBERED, SUSPECT_AHEAD, ServerSequence
 
 
 def test_an_envelope_lost_below_what_arrived_is_taken_when_replayed() -> None:
@@ -63,14 +63,17 @@ def test_an_envelope_from_an_unnamed_sender_lowers_the_resume_point_until_a_late
     assert seq.suspect(-4) is False  # held: nothing to ask again
     assert seq.suspect(3) is False  # a client's number
     seq.lost()
-    began = seq.suspects  # a resume in flight asks from 4
+    assert seq.asking() == (4, 0)  # a resume in flight asks from 4
     assert seq.suspect(-7) is True  # dropped: its sender was not named yet (its answer?)
     assert seq.suspect(-6) is True
+    assert seq.suspect(-4 - SUSPECT_AHEAD - 1) is False  # not the agent's next few
+    assert seq.suspect(-2147483647) is False  # a forger's
     assert (seq.suspected, seq.resume_from) == (True, 4)  # the mark is lower still
     seq.accept("a", -8)
-    seq.resumed(began)  # answered, but the drops came after it began
+    seq.resumed(0)  # answered, but the drops came after it began
     assert (seq.suspected, seq.resume_from) == (True, 5)
-    began = seq.suspects
+    point, began = seq.asking()
+    assert (point, seq.suspect(-5)) == (5, False)  # at or below what it asks from
     seq.resumed(began)  # the next resume, begun after them, asked from 5
     assert (seq.suspected, seq.resume_from) == (False, 8)
 

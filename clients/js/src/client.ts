@@ -73,7 +73,10 @@ export interface ReasoningClientOptions {
 }
 
 export const CLIENT_VERSION = "alicia-js/0.1.0";
-const UNNAMED = "an envelope came from a sender not yet named";
+const UNNAMED = "an unnamed envelope came";
+/** After the link came back or the agent (re)joined, how long an envelope from a sender
+ * livekit-client cannot name may cause one more resume (anyone can send such a packet). */
+const UNNAMED_WINDOW_MS = 10_000;
 
 type Waiter = (body: Configuration | Error) => void;
 
@@ -95,10 +98,10 @@ export class ReasoningClient {
   private lost?: Error;
   private lostTimer?: ReturnType<typeof setTimeout>;
   private configChain: Promise<unknown> = Promise.resolve();
-  /** Resumes under way, and whether to resume once more after them (an envelope from a
-   * sender not yet named came meanwhile). */
-  private resuming = 0;
+  /** Resume once more after the one under way (an unnamed envelope came meanwhile). */
   private resyncAfter = false;
+  /** Until when an unnamed envelope may cause one more resume (0: spent). */
+  private unnamedUntil = 0;
   private configWaiter?: Waiter;
   private agentWaiter?: () => void;
   private resent = new Set<string>();
@@ -415,6 +418,7 @@ export class ReasoningClient {
     if (!this.state.conversationId) return this.setState({ agent: identity, agentState: "ready" });
     this.ready = false;
     this.setState({ agent: identity, agentState: "resuming", status: "handshake" });
+    this.unnamedUntil = Date.now() + UNNAMED_WINDOW_MS;
     void this.resume(identity, previous);
   }
 
@@ -424,13 +428,16 @@ export class ReasoningClient {
     if (this.closed || !identity || !this.state.conversationId || this.state.status !== "ready") return;
     this.ready = false;
     this.setState({ agentState: "resuming", status: "handshake" });
+    this.unnamedUntil = Date.now() + UNNAMED_WINDOW_MS;
     void this.resume(identity, identity, "the link came back");
   }
+
 
   /** A packet from a sender livekit-client cannot name yet (the agent's data outran the
    * news of its rejoining): not taken, but if it is a server envelope not held, resume
    * from below it, after any resume under way (its answer may be what was dropped). */
   private unnamed(payload: Uint8Array): void {
+    if (Date.now() > this.unnamedUntil) return; // once per window
     let env: Envelope;
     try {
       env = decodeEnvelope(payload);
@@ -440,27 +447,14 @@ export class ReasoningClient {
     if (!this.sequence.suspect(env.stanzaId)) return;
     const identity = this.trust.identity;
     if (this.closed || !identity || !this.state.conversationId) return; // asked from below on adoption
-    if (this.resuming > 0) this.resyncAfter = true;
+    this.unnamedUntil = 0;
+    if (this.state.agentState === "resuming") this.resyncAfter = true;
     else if (this.state.status === "ready") void this.resume(identity, identity, UNNAMED);
   }
 
   /** Resume with a new agent (§4.9); without a replay when it cannot give one. */
   private async resume(identity: string, previous?: string, why?: string): Promise<void> {
-    this.resuming++;
-    try {
-      await this.resumeNow(identity, previous, why);
-    } finally {
-      this.resuming--;
-    }
-    if (this.resuming === 0 && this.resyncAfter && this.sequence.suspected && this.trust.identity === identity) {
-      this.resyncAfter = false;
-      void this.resume(identity, identity, UNNAMED);
-    }
-  }
-
-  private async resumeNow(identity: string, previous?: string, why?: string): Promise<void> {
-    const seen = this.sequence.resumeFrom;
-    const suspects = this.sequence.suspects;
+    const [seen, suspects] = this.sequence.asking();
     const what = why ?? (previous === identity ? "the agent rejoined" : "the agent was replaced");
     let text = `${what} (${identity}); resumed after server message ${seen}`;
     try {
@@ -482,6 +476,8 @@ export class ReasoningClient {
     const changes = this.state.agentChanges + (why ? 0 : 1);
     this.setState({ agentChanges: changes, agentState: "ready", status: "ready" });
     this.setReady();
+    if (this.resyncAfter && this.sequence.suspected) void this.resume(identity, identity, UNNAMED);
+    this.resyncAfter = false;
   }
 
   private resumeFailed(identity: string, err: unknown): void {

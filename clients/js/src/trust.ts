@@ -106,6 +106,8 @@ export class AgentTrust<P extends ParticipantLike = ParticipantLike> {
 /** Stanza ids remembered below the high mark (twice the largest replay an agent makes,
  * PROTOCOL.md §4.9's 1000): an older one is taken as seen. */
 export const REMEMBERED = 2000;
+/** How far above the high mark an unnamed envelope's id is taken as a hint. */
+export const SUSPECT_AHEAD = 100;
 
 /**
  * The server numbers its envelopes -1, -2, …; an agent that takes over continues the
@@ -118,7 +120,9 @@ export const REMEMBERED = 2000;
  * lost it): the sequence restarts from its numbers. An envelope whose sender livekit-client
  * could not name yet (its data outran the news of the agent's rejoining) is not taken, but
  * its id is a hint (`suspect()`): the next resume asks from below it, and only a resume
- * begun after the hint clears it (`suspects`).
+ * begun after the hint clears it (`suspects`). Anyone could send such a packet, so only a
+ * plausible id is taken: above what the last resume asked from (`asking()`) and at most
+ * SUSPECT_AHEAD above the high mark.
  */
 export class ServerSequence {
   /** The highest |stanzaId| accepted (0: none). */
@@ -129,6 +133,7 @@ export class ServerSequence {
   private got = new Set<number>();
   private mark?: number;
   private below?: number;
+  private asked = 0;
   /** Envelopes suspected dropped so far (`suspect()`). */
   suspects = 0;
 
@@ -136,6 +141,12 @@ export class ServerSequence {
   get resumeFrom(): number {
     const point = this.mark ?? this.high;
     return this.below === undefined ? point : Math.min(point, this.below);
+  }
+
+  /** A resume begins: its lastSequenceSeen and the `suspects` so far (for `resumed`). */
+  asking(): [number, number] {
+    this.asked = this.resumeFrom;
+    return [this.asked, this.suspects];
   }
 
   /** An envelope may have been dropped that no resume since has asked for. */
@@ -147,7 +158,7 @@ export class ServerSequence {
    * resume asks from below it. True when that is new. */
   suspect(stanzaId: number): boolean {
     const n = -stanzaId;
-    if (n <= 0 || this.got.has(n) || n <= this.high - REMEMBERED) return false;
+    if (n <= Math.max(this.asked, this.high - REMEMBERED) || n > this.high + SUSPECT_AHEAD || this.got.has(n)) return false;
     this.below = Math.min(this.below ?? n - 1, n - 1);
     this.suspects++;
     return true;
@@ -175,6 +186,7 @@ export class ServerSequence {
         this.high = 0;
         this.mark = undefined;
         this.below = undefined;
+        this.asked = 0;
         this.got.clear();
       }
       this.numberedBy = agent;

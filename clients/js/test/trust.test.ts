@@ -125,13 +125,17 @@ test("an envelope from a sender not yet named lowers the resume point until a re
   for (const n of [1, 2, 3, 4]) seq.accept("a", -n);
   assert.deepEqual([seq.suspect(-4), seq.suspect(3)], [false, false]); // held; a client's number
   seq.lost();
-  const began = seq.suspects; // a resume in flight asks from 4
+  const [point, began] = seq.asking(); // a resume in flight asks from 4
+  assert.equal(point, 4);
   assert.deepEqual([seq.suspect(-7), seq.suspect(-6)], [true, true]);
+  assert.deepEqual([seq.suspect(-2147483647), seq.suspect(-(4 + 101))], [false, false]); // not the agent's next few
   assert.deepEqual([seq.suspected, seq.resumeFrom], [true, 4]);
   seq.accept("a", -8);
   seq.resumed(began); // answered, but the drops came after it began
   assert.deepEqual([seq.suspected, seq.resumeFrom], [true, 5]);
-  seq.resumed(seq.suspects);
+  const [again, now] = seq.asking();
+  assert.deepEqual([again, seq.suspect(-5)], [5, false]); // at or below what it asks from
+  seq.resumed(now);
   assert.deepEqual([seq.suspected, seq.resumeFrom], [false, 8]);
   assert.deepEqual([seq.suspect(-20), seq.accept("b", -1), seq.suspected], [true, true, false]); // renumbered
 });
@@ -292,10 +296,13 @@ test("ReasoningClient: an envelope from a sender not yet named, the answer to it
   room.data(a, T.Configuration, -4, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
   await tick();
   assert.deepEqual(client.turns[0].steps.map((s) => s.content), ["one", "two"]);
+  // Anyone can send such a packet: one resume per window, the next one makes none.
+  room.data(undefined, T.ReasoningStep, -6, { id: "rs_x", conversationId: "c", previousId: id, content: "X", stepIndex: 3 });
+  await tick();
   assert.equal(room.sent.filter((x) => x.env.type === T.Configuration).length, 3); // no third resume
   assert.deepEqual(notices, [
     "the link came back (agent-a); resumed after server message 2",
-    "an envelope came from a sender not yet named (agent-a); resumed after server message 2",
+    "an unnamed envelope came (agent-a); resumed after server message 2",
   ]);
   assert.equal(client.getState().status, "ready");
   client.close();

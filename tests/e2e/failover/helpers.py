@@ -30,6 +30,7 @@ from livekit import api, rtc
 from alicia.agent.gate.ffi_routing import route_room
 from alicia.agent.rooms.lease_keeper import LeaseKeeper
 from alicia.agent.storage.leases import Leases
+from alicia.client.following import UNNAMED_WINDOW_S
 from alicia.client.sequence import ServerSequence
 from alicia.client.trust import AgentTrust
 from alicia.harness import LiveKitServer
@@ -237,6 +238,8 @@ class FollowingClient:
         """The resume point, as the client library keeps it (the high mark when the link
         or the agent was lost; below an envelope from a sender the SDK could not name)."""
         self._resync = False
+        self._unnamed_until = 0.0
+        self._unnamed_left = 0
         self.unnamed = 0
         """Server envelopes not held that came from a sender the SDK could not name."""
         self._event = asyncio.Event()
@@ -285,6 +288,7 @@ class FollowingClient:
             self.agents.append((participant.identity, time.monotonic()))
         self._event.set()
         if not first:
+            self._open_unnamed_window()
             self._start_resume()
 
     def _on_reconnected(self) -> None:
@@ -293,7 +297,12 @@ class FollowingClient:
         it once it is back)."""
         self.reconnected.append(time.monotonic())
         if self._trust.identity is not None:
+            self._open_unnamed_window()
             self._start_resume()
+
+    def _open_unnamed_window(self) -> None:
+        self._unnamed_until = time.monotonic() + UNNAMED_WINDOW_S
+        self._unnamed_left = 1
 
     def _start_resume(self) -> None:
         """One resume at a time, as the client library: a later one replaces it (the SDK
@@ -338,10 +347,14 @@ class FollowingClient:
     def _unnamed(self, data: bytes) -> None:
         """A packet from a sender the SDK cannot name yet (the agent's data outran the
         news of its rejoining): not taken, but resumed from below it, as the client
-        library does (after a resume in flight: its answer may be what was dropped)."""
+        library does (after a resume in flight: its answer may be what was dropped; once
+        per window after the link or the agent came back)."""
+        if self._unnamed_left <= 0 or time.monotonic() > self._unnamed_until:
+            return
         if not self.sequence.suspect(decode(data).stanza_id):
             return
         self.unnamed += 1
+        self._unnamed_left -= 1
         if self._resuming is not None and not self._resuming.done():
             self._resync = True
         elif self._trust.identity is not None:
@@ -349,8 +362,7 @@ class FollowingClient:
 
     async def _resume(self) -> None:
         self._resync = False
-        seen = self.sequence.resume_from
-        suspects = self.sequence.suspects
+        seen, suspects = self.sequence.asking()
         held = self.highest  # the reply is numbered above all of it (a replay may not be)
         self.resumed_from.append(seen)
         body = Configuration(
