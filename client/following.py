@@ -169,6 +169,8 @@ class AgentFollowing:
         (once per window after the link or the agent came back)."""
         if self._unnamed_left <= 0 or asyncio.get_running_loop().time() > self._unnamed_until:
             return
+        if self._lost is not None:
+            return  # no agent, or it did not resume: nothing to resume with
         try:
             env = decode(data)
         except ProtocolError:
@@ -225,8 +227,9 @@ class AgentFollowing:
         """Resume with ``identity`` in a task of its own (one at a time: the caller
         cancelled any other)."""
         logger.info(why, extra={"agent": identity, "previous": previous})
+        point = self.sequence.asking()  # now: a hint that comes meanwhile is above it
         self._resume_task = asyncio.get_running_loop().create_task(
-            self._resume_safely(identity, previous)
+            self._resume_safely(identity, previous, point)
         )
 
     def _cancel_resume(self) -> None:
@@ -234,17 +237,20 @@ class AgentFollowing:
             self._resume_task.cancel()
         self._resume_task = None
 
-    async def _resume_safely(self, identity: str, previous: str | None) -> None:
+    async def _resume_safely(
+        self, identity: str, previous: str | None, point: tuple[int, int]
+    ) -> None:
         try:
-            await self._resume(identity, previous)
+            await self._resume(identity, previous, point)
         except Exception as exc:  # e.g. publishing fails: the room is gone
             logger.warning("resume failed", exc_info=True, extra={"agent": identity})
             self._resume_failed(identity, exc)
 
-    async def _resume(self, identity: str, previous: str | None) -> None:
-        """Resume with a new agent (§4.9); without a replay when it cannot give one."""
+    async def _resume(self, identity: str, previous: str | None, point: tuple[int, int]) -> None:
+        """Resume with a new agent (§4.9) from ``point`` (:meth:`ServerSequence.asking`);
+        without a replay when it cannot give one."""
         self._resync = False
-        seen, suspects = self.sequence.asking()
+        seen, suspects = point
 
         def config(last: int) -> Configuration:
             return Configuration(

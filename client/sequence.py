@@ -58,6 +58,8 @@ class ServerSequence:
         self._suspect: int | None = None
         self._asked = 0
         """The lastSequenceSeen of the last resume begun (:meth:`asking`)."""
+        self._suspect_id: int | None = None
+        """|stanzaId| of the lowest envelope suspected: once it arrives, nothing is."""
         self.suspects = 0
         """Envelopes suspected dropped so far (:meth:`suspect`): a resume clears the hint
         only if none came since it began."""
@@ -79,7 +81,8 @@ class ServerSequence:
 
     @property
     def suspected(self) -> bool:
-        """An envelope may have been dropped that no resume since has asked for."""
+        """An envelope may have been dropped that no resume since has asked for and that
+        has not arrived since."""
         return self._suspect is not None
 
     def asking(self) -> tuple[int, int]:
@@ -101,7 +104,8 @@ class ServerSequence:
             return False
         if n in self._got:
             return False
-        self._suspect = n - 1 if self._suspect is None else min(self._suspect, n - 1)
+        if self._suspect_id is None or n < self._suspect_id:
+            self._suspect, self._suspect_id = n - 1, n
         self.suspects += 1
         return True
 
@@ -111,7 +115,7 @@ class ServerSequence:
         :attr:`suspects` when it began; ``None``: it covered them all)."""
         self._mark = None
         if suspects is None or suspects == self.suspects:
-            self._suspect = None
+            self._suspect = self._suspect_id = None
 
     def accept(self, agent: str, stanza_id: int) -> bool:
         """True for a new server envelope (``stanza_id`` < 0) from ``agent``; False for a
@@ -124,12 +128,15 @@ class ServerSequence:
                     extra={"agent": agent, "stanza": stanza_id, "mark": -self._high},
                 )
                 self.renumbered += 1
-                self._high, self._mark, self._suspect, self._asked = 0, None, None, 0
+                self._high, self._mark, self._asked = 0, None, 0
+                self._suspect = self._suspect_id = None
                 self._got.clear()
             self._numbered_by = agent
         if n <= 0 or n in self._got or n <= self._high - REMEMBERED:
             return False
         self._got.add(n)
+        if n == self._suspect_id:  # it came after all, named
+            self._suspect = self._suspect_id = None
         if n > self._high:
             self._high = n
             if len(self._got) > 2 * REMEMBERED:

@@ -86,3 +86,16 @@ def test_a_suspect_far_below_or_from_a_renumbering_agent_is_forgotten() -> None:
     assert seq.suspect(-(REMEMBERED + 20)) is True
     assert seq.accept("b", -1) is True  # b numbers from scratch: the hint was a's
     assert (seq.suspected, seq.resume_from) == (False, 1)
+
+
+def test_a_suspected_envelope_that_arrives_after_all_is_no_longer_asked_for() -> None:
+    seq = ServerSequence()
+    for n in (1, 2, 3):
+        seq.accept("a", -n)
+    seq.asking()
+    assert seq.suspect(-5) is True
+    assert (seq.suspected, seq.resume_from) == (True, 3)
+    seq.accept("a", -4)
+    assert seq.suspected is True
+    seq.accept("a", -5)  # named, through the answer of the resume under way
+    assert (seq.suspected, seq.resume_from) == (False, 5)

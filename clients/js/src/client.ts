@@ -446,7 +446,7 @@ export class ReasoningClient {
     }
     if (!this.sequence.suspect(env.stanzaId)) return;
     const identity = this.trust.identity;
-    if (this.closed || !identity || !this.state.conversationId) return; // asked from below on adoption
+    if (this.closed || !identity) return; // asked from below on adoption (the window opens with a conversation)
     this.unnamedUntil = 0;
     if (this.state.agentState === "resuming") this.resyncAfter = true;
     else if (this.state.status === "ready") void this.resume(identity, identity, UNNAMED);

@@ -134,6 +134,7 @@ export class ServerSequence {
   private mark?: number;
   private below?: number;
   private asked = 0;
+  private suspectId?: number;
   /** Envelopes suspected dropped so far (`suspect()`). */
   suspects = 0;
 
@@ -149,7 +150,7 @@ export class ServerSequence {
     return [this.asked, this.suspects];
   }
 
-  /** An envelope may have been dropped that no resume since has asked for. */
+  /** An envelope may have been dropped that no resume since asked for and that has not come since. */
   get suspected(): boolean {
     return this.below !== undefined;
   }
@@ -159,7 +160,8 @@ export class ServerSequence {
   suspect(stanzaId: number): boolean {
     const n = -stanzaId;
     if (n <= Math.max(this.asked, this.high - REMEMBERED) || n > this.high + SUSPECT_AHEAD || this.got.has(n)) return false;
-    this.below = Math.min(this.below ?? n - 1, n - 1);
+    // the lowest suspected id (n > undefined is false: the first one is taken)
+    if (!(n > this.suspectId!)) this.below = (this.suspectId = n) - 1;
     this.suspects++;
     return true;
   }
@@ -174,7 +176,7 @@ export class ServerSequence {
    * it began; omitted: it covered them all). */
   resumed(suspects?: number): void {
     this.mark = undefined;
-    if (suspects === undefined || suspects === this.suspects) this.below = undefined;
+    if (suspects === undefined || suspects === this.suspects) this.below = this.suspectId = undefined;
   }
 
   /** True for a new server envelope from `agent`; false for a duplicate. */
@@ -185,7 +187,7 @@ export class ServerSequence {
         this.renumbered++;
         this.high = 0;
         this.mark = undefined;
-        this.below = undefined;
+        this.below = this.suspectId = undefined;
         this.asked = 0;
         this.got.clear();
       }
@@ -193,6 +195,7 @@ export class ServerSequence {
     }
     if (n <= 0 || this.got.has(n) || n <= this.high - REMEMBERED) return false;
     this.got.add(n);
+    if (n === this.suspectId) this.below = this.suspectId = undefined; // it came after all, named
     if (n > this.high) {
       this.high = n;
       if (this.got.size > 2 * REMEMBERED) {

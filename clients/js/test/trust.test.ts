@@ -140,6 +140,18 @@ test("an envelope from a sender not yet named lowers the resume point until a re
   assert.deepEqual([seq.suspect(-20), seq.accept("b", -1), seq.suspected], [true, true, false]); // renumbered
 });
 
+test("a suspected envelope that arrives after all, named, is no longer asked for", () => {
+  const seq = new ServerSequence();
+  for (const n of [1, 2, 3]) seq.accept("a", -n);
+  seq.asking();
+  assert.equal(seq.suspect(-5), true);
+  assert.deepEqual([seq.suspected, seq.resumeFrom], [true, 3]);
+  seq.accept("a", -4);
+  assert.equal(seq.suspected, true);
+  seq.accept("a", -5); // through the answer of the resume under way
+  assert.deepEqual([seq.suspected, seq.resumeFrom], [false, 5]);
+});
+
 /** Just enough of a livekit-client Room for the ReasoningClient. */
 class FakeRoom {
   state = ConnectionState.Connected;

@@ -43,6 +43,7 @@ from alicia.protocol import (
     Configuration,
     Envelope,
     ErrorMessage,
+    ProtocolError,
     ReasoningStep,
     StanzaCounter,
     UserMessage,
@@ -351,7 +352,11 @@ class FollowingClient:
         per window after the link or the agent came back)."""
         if self._unnamed_left <= 0 or time.monotonic() > self._unnamed_until:
             return
-        if not self.sequence.suspect(decode(data).stanza_id):
+        try:
+            stanza = decode(data).stanza_id
+        except ProtocolError:
+            return
+        if not self.sequence.suspect(stanza):
             return
         self.unnamed += 1
         self._unnamed_left -= 1
