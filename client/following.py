@@ -109,8 +109,8 @@ class AgentFollowing:
         """An envelope was suspected dropped while a resume was in flight: resume again
         once it is answered."""
         self._unnamed_until = 0.0
-        self._unnamed_left = 0
-        """Resumes an unnamed sender's envelope may still cause (see UNNAMED_WINDOW_S)."""
+        """Until when (loop time) an envelope from an unnamed sender may cause one more
+        resume (see UNNAMED_WINDOW_S); 0 once that resume is spent."""
 
     def on_agent(self, listener: AgentListener) -> None:
         """Call ``listener`` when the agent leaves, is replaced, resumes or is lost."""
@@ -161,13 +161,12 @@ class AgentFollowing:
 
     def _open_unnamed_window(self) -> None:
         self._unnamed_until = asyncio.get_running_loop().time() + UNNAMED_WINDOW_S
-        self._unnamed_left = 1
 
     def _unknown_sender(self, data: bytes) -> None:
         """A packet on the protocol's topic from a sender the SDK cannot name: if it is a
         server envelope not held, resume (again) from below it with the trusted agent
         (once per window after the link or the agent came back)."""
-        if self._unnamed_left <= 0 or asyncio.get_running_loop().time() > self._unnamed_until:
+        if asyncio.get_running_loop().time() > self._unnamed_until:  # none, or spent
             return
         if self._lost is not None:
             return  # no agent, or it did not resume: nothing to resume with
@@ -180,7 +179,7 @@ class AgentFollowing:
         identity = self.trust.identity
         if identity is None or self.conversation_id is None or self._state != "connected":
             return  # the resume with the agent once it is trusted asks from below it
-        self._unnamed_left -= 1
+        self._unnamed_until = 0.0  # the window's one resume
         if self._resume_task is not None and not self._resume_task.done():
             self._resync = True  # its answer may be what was dropped: once more after it
             return

@@ -240,7 +240,6 @@ class FollowingClient:
         or the agent was lost; below an envelope from a sender the SDK could not name)."""
         self._resync = False
         self._unnamed_until = 0.0
-        self._unnamed_left = 0
         self.unnamed = 0
         """Server envelopes not held that came from a sender the SDK could not name."""
         self._event = asyncio.Event()
@@ -303,7 +302,6 @@ class FollowingClient:
 
     def _open_unnamed_window(self) -> None:
         self._unnamed_until = time.monotonic() + UNNAMED_WINDOW_S
-        self._unnamed_left = 1
 
     def _start_resume(self) -> None:
         """One resume at a time, as the client library: a later one replaces it (the SDK
@@ -350,7 +348,7 @@ class FollowingClient:
         news of its rejoining): not taken, but resumed from below it, as the client
         library does (after a resume in flight: its answer may be what was dropped; once
         per window after the link or the agent came back)."""
-        if self._unnamed_left <= 0 or time.monotonic() > self._unnamed_until:
+        if time.monotonic() > self._unnamed_until:  # no window, or its resume spent
             return
         try:
             stanza = decode(data).stanza_id
@@ -359,7 +357,7 @@ class FollowingClient:
         if not self.sequence.suspect(stanza):
             return
         self.unnamed += 1
-        self._unnamed_left -= 1
+        self._unnamed_until = 0.0  # the window's one resume
         if self._resuming is not None and not self._resuming.done():
             self._resync = True
         elif self._trust.identity is not None:
