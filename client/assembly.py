@@ -86,6 +86,11 @@ class Turn:
         return " ".join(s.text.strip() for s in self.sentences if s.text.strip())
 
     @property
+    def heard(self) -> bool:
+        """The server sent something for this turn: it has the user message."""
+        return bool(self.steps or self.tool_requests or self.answer_id is not None or self.finished)
+
+    @property
     def total_steps(self) -> int | None:
         """The announced step count, if the server sent one."""
         totals = [s.total_steps for s in self.steps if s.total_steps is not None]

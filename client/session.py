@@ -19,7 +19,9 @@ broadcasts.
 Takeover (:mod:`alicia.client.following`): when the trusted agent leaves, the session
 waits (bounded) for another agent, moves its trust there and resumes (PROTOCOL.md §4.9);
 listeners of :meth:`ClientSession.on_agent` hear each change
-(:data:`~alicia.client.agent_events.AgentEvent`).
+(:data:`~alicia.client.agent_events.AgentEvent`). A question is repeated until the agent
+shows it has it (:mod:`alicia.client.questions`): one lost while a link was rebuilt would
+leave a turn nobody starts.
 
 Incoming packets are decoded in the room's data callback, checked for order
 (:mod:`alicia.client.sequence`: a new agent continues the server's sequence, so the ids
@@ -31,6 +33,7 @@ synchronously: there is no unbounded queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -42,6 +45,7 @@ from livekit import rtc
 from alicia.agent.gate.ffi_routing import stop_capturing_native_logs
 from alicia.protocol import (
     DATA_TOPIC,
+    Acknowledgement,
     Configuration,
     Envelope,
     ErrorMessage,
@@ -71,6 +75,7 @@ from .errors import (
     features_for,
 )
 from .following import AgentFollowing
+from .questions import REPEAT_INTERVAL_S, UnheardQuestions
 from .sequence import ServerSequence
 from .trust import AgentTrust
 
@@ -137,6 +142,8 @@ class ClientSession(AgentFollowing):
         self._config_waiter: asyncio.Future[Configuration] | None = None
         self._turn_done: dict[str, asyncio.Event] = {}
         self._resent: set[str] = set()
+        self._questions = UnheardQuestions()
+        self._repeater: asyncio.Task[None] | None = None
         self._state: Literal["new", "connected", "closed"] = "new"
         self._init_following()
         self.room.on("data_received", self._on_data)
@@ -269,7 +276,10 @@ class ClientSession(AgentFollowing):
         )
         turn = self.assembler.start(message)
         self._turn_done[message.id] = asyncio.Event()
-        await self._send(message)
+        env = await self._send(message)
+        self._questions.sent(message.id, env)
+        if self._repeater is None or self._repeater.done():
+            self._repeater = asyncio.get_running_loop().create_task(self._repeat_questions())
         return turn
 
     async def wait_turn(self, turn: Turn, *, timeout: float = 60.0) -> Turn:  # noqa: ASYNC109
@@ -307,6 +317,10 @@ class ClientSession(AgentFollowing):
         self.room.off("reconnected", self._on_reconnected)
         if self._config_waiter is not None and not self._config_waiter.done():
             self._config_waiter.cancel()
+        if self._repeater is not None:
+            self._repeater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._repeater
         await self._stop_following()
         if was_connected:
             await self.room.disconnect()
@@ -362,6 +376,29 @@ class ClientSession(AgentFollowing):
             self.server_config = reply
             return reply
 
+    async def _repeat_questions(self) -> None:
+        """Send again each question the agent has not been heard to receive
+        (:mod:`alicia.client.questions`), while any is left."""
+        while self._questions and self._state == "connected":
+            await asyncio.sleep(REPEAT_INTERVAL_S)
+            if not self._ready.is_set() or self._lost is not None:
+                continue  # a resume under way: its turn comes after it
+            for repeat in self._questions.due(self._heard_of, self._counter.last):
+                logger.debug("question repeated", extra={"message": repeat.message_id})
+                try:
+                    if repeat.verbatim:
+                        await self._publish(repeat.envelope)
+                    else:
+                        env = await self._send(repeat.envelope.body)
+                        self._questions.sent(repeat.message_id, env)
+                except Exception:  # the room went away: aclose() or the turn's timeout says
+                    logger.debug("repeating a question failed", exc_info=True)
+                    return
+
+    def _heard_of(self, message_id: str) -> bool:
+        turn = self.assembler.turn(message_id)
+        return turn is None or turn.heard
+
     async def _send(self, body: Any) -> Envelope[Any]:
         env = envelope(
             body, stanza_id=self._counter.next(), conversation_id=self.conversation_id or ""
@@ -411,11 +448,15 @@ class ClientSession(AgentFollowing):
             self.duplicates += 1
             return
         body = env.body
-        if isinstance(body, ErrorMessage) and body.originating_id in self._resent:
+        if isinstance(body, ErrorMessage) and (
+            body.originating_id in self._resent or self._questions.is_noise(body)
+        ):
             # The server already had the original: its complaint about our repeat is noise.
-            self._resent.discard(body.originating_id)
+            self._resent.discard(body.originating_id or "")
             self.duplicates += 1
             return
+        if isinstance(body, Acknowledgement):
+            self._questions.heard(body.acknowledged_message_id)
         for listener in self._envelope_listeners:
             listener(env)
         for event in self.assembler.feed(env):

@@ -58,18 +58,32 @@ MAX_PENDING_EACH: Final = PROTOCOL.bounds.queued_each or 256
 """The same for one sender: one sender's flood never fills the room's queue."""
 
 
+ANNOUNCE_WAITS_S: Final = (0.5, 1.0, 2.0, 4.0)
+"""Pauses between tries of the announcement (the signal link can time out a request, as
+while it is rebuilt)."""
+
+
 async def announce(room: rtc.Room, attributes: dict[str, str] | None = None) -> None:
     """Tell the room's clients this agent speaks the protocol (``alicia.protocol=1``;
     they trust no other agent), with ``attributes`` too.
 
     livekit-server batches the join of a participant that publishes no track and tells
     the others every 3 s; an attribute change is sent at once, with the join. So clients
-    (and a client following a takeover) see the agent about 3 s sooner. A token without
-    ``canUpdateOwnMetadata`` cannot set it: logged."""
-    try:
-        await room.local_participant.set_attributes({PROTOCOL_ATTRIBUTE: "1", **(attributes or {})})
-    except Exception:
-        logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
+    (and a client following a takeover) see the agent about 3 s sooner. A failed try is
+    tried again (:data:`ANNOUNCE_WAITS_S`): unannounced, no client without an agent name
+    trusts the agent. A token without ``canUpdateOwnMetadata`` cannot set it: logged."""
+    values = {PROTOCOL_ATTRIBUTE: "1", **(attributes or {})}
+    allowed = room.local_participant.permissions.can_update_metadata
+    for wait in (*(ANNOUNCE_WAITS_S if allowed else ()), None):
+        try:
+            await room.local_participant.set_attributes(values)
+            return
+        except Exception:
+            if wait is None or not room.isconnected():
+                logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
+                return
+            logger.info("agent attribute not set: trying again", extra={"room": room.name})
+            await asyncio.sleep(wait)
 
 
 class _State(enum.Enum):

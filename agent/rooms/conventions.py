@@ -150,8 +150,8 @@ class RoomConventions:
         state = self.wanted
         if state == self._state or not self._room.isconnected():
             return
-        self._state = state
         await set_attributes(self._room, {ATTRIBUTE_AGENT_STATE: state})
+        self._state = state  # once set: after a failure the next update sets it again
 
     async def _write(self, answer_id: str, text: str) -> None:
         writer = self._writers.get(answer_id)

@@ -9,7 +9,7 @@ import pytest
 from livekit import api
 
 from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, Regranted, TransportError
-from alicia.agent.gate.transport import RoomTransport
+from alicia.agent.gate.transport import RoomTransport, announce
 from alicia.harness import LiveKitServer
 from alicia.protocol import DATA_TOPIC, new_id
 from tests.support.fakes import MemoryTransport, Sent
@@ -250,3 +250,42 @@ async def test_a_grant_changed_by_the_server_is_handed_on_and_a_self_made_change
     assert isinstance(item, Regranted) and item.identity == "granted", item
     assert item.peer.grant("alicia.reasoning") == "none"
     assert left == 0
+
+
+async def test_an_announcement_that_fails_is_tried_again_until_the_room_sees_it(
+    livekit_server: LiveKitServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal link can time a request out (as while it is rebuilt: fD's agent logged
+    ``signal failure: request timeout``). An agent left unannounced is trusted by no
+    client without an agent name, so the announcement is tried again: here its first two
+    tries fail as that one did, and the room still sees ``alicia.protocol``."""
+    room = new_id("conv")
+    grants = api.VideoGrants(room_join=True, room=room, agent=True, can_update_own_metadata=True)
+    token = (  # as livekit-server mints an agent's at dispatch: it may set its attributes
+        api.AccessToken(livekit_server.api_key, livekit_server.api_secret)
+        .with_identity("agent")
+        .with_kind("agent")
+        .with_grants(grants)
+        .to_jwt()
+    )
+    async with (
+        joined(livekit_server, room, "agent", token) as agent_room,
+        joined(livekit_server, room, "alice") as alice,
+    ):
+        await wait_for_participant(alice, "agent")
+        real = agent_room.local_participant.set_attributes
+        tries: list[dict[str, str]] = []
+
+        async def flaky(attributes: dict[str, str]) -> None:
+            tries.append(attributes)
+            if len(tries) <= 2:
+                raise RuntimeError("attributes not set: engine: signal failure: request timeout")
+            await real(attributes)
+
+        monkeypatch.setattr(agent_room.local_participant, "set_attributes", flaky)
+        await announce(agent_room, {"lk.agent.state": "listening"})
+        async with asyncio.timeout(10):
+            while alice.remote_participants["agent"].attributes.get("alicia.protocol") != "1":
+                await asyncio.sleep(0.05)
+    assert len(tries) == 3
+    assert alice.remote_participants["agent"].attributes["lk.agent.state"] == "listening"

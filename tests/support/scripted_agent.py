@@ -9,7 +9,10 @@ For takeover tests it can join under any identity, kind and ``lk.agent_name`` (a
 attribute: livekit-server sets it at dispatch, and takes it from any token minted with the
 API secret), continue the server's stanza sequence ``after`` a stanza id, and answers a
 resume (§4.9) like the worker: Acknowledgement + Configuration, or ErrorMessage 202 for a
-``lastSequenceSeen`` beyond what it numbered.
+``lastSequenceSeen`` beyond what it numbered. Like the worker it drops a question sent
+again as it was (same stanzaId) and refuses one sent again under a new stanzaId
+(ErrorMessage 204, ``duplicate_id``). The faults it can make: questions lost on the way
+(:attr:`Script.lose_questions`), a slow start (:attr:`Script.think_s`).
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ class Script:
     sentences: list[str] = field(default_factory=lambda: ["The answer is 42.", "Easy."])
     tool: bool = True
     duplicate_steps: bool = True
+    lose_questions: int = 0
+    """The first this many UserMessages are dropped unread, as a packet lost in flight."""
+    think_s: float = 0.0
+    """Seconds before a turn's first envelope (a slow model, a turn queued)."""
 
 
 class ScriptedAgent:
@@ -96,6 +103,12 @@ class ScriptedAgent:
         self.errors: list[BaseException | None] = []
         """Replies that could not be sent."""
         self._counter = StanzaCounter("server", last=-abs(after))
+        self.lost: list[Envelope[Any]] = []
+        """UserMessages dropped as lost (:attr:`Script.lose_questions`)."""
+        self._asked: set[str] = set()
+        """Question ids taken."""
+        self._stanzas: set[tuple[str, int]] = set()
+        """(sender, stanzaId) of each question received."""
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
 
@@ -146,6 +159,27 @@ class ScriptedAgent:
             )
             await self._send(reply, conv, to)
         elif isinstance(body, UserMessage):
+            if (to, env.stanza_id) in self._stanzas:
+                return  # the same envelope again: a resend, dropped
+            self._stanzas.add((to, env.stanza_id))
+            if body.id in self._asked:
+                refusal = ErrorMessage(
+                    id=new_id("err"),
+                    conversation_id=conv,
+                    code=204,
+                    message=f"message id {body.id!r} is already used in this conversation",
+                    severity=Severity.WARNING,
+                    recoverable=True,
+                    originating_id=body.id,
+                )
+                await self._send(refusal, conv, to)
+                return
+            if len(self.lost) < self.script.lose_questions:
+                self.lost.append(env)
+                self._stanzas.discard((to, env.stanza_id))  # never arrived
+                return
+            self._asked.add(body.id)
+            await asyncio.sleep(self.script.think_s)
             await self._turn(body, conv, to)
 
     async def _turn(self, msg: UserMessage, conv: str, to: str) -> None:

@@ -3,7 +3,9 @@
 // toggles show-reasoning (a Configuration update with the features), assembles turns
 // (turns.ts), follows the agent across takeovers and resumes with the new one (PROTOCOL.md
 // §4.9: lastSequenceSeen = the highest server |stanzaId| received, one mark across agents;
-// an agent that cannot replay gets a plain Configuration and open turns end with 503).
+// an agent that cannot replay gets a plain Configuration and open turns end with 503),
+// and repeats a question until the agent shows it has it (a packet lost while a link was
+// rebuilt would leave a turn nobody starts).
 // Nothing is ever sent to anyone but the trusted agent (no broadcast).
 //
 // UIs read `getSnapshot()` (a new object after every change, for React's
@@ -12,7 +14,7 @@
 import type { Participant, RemoteParticipant, Room } from "livekit-client";
 import { ConnectionState, RoomEvent } from "livekit-client";
 
-import { DATA_TOPIC, ProtocolError, decodeEnvelope, encodeEnvelope } from "./codec";
+import { DATA_TOPIC, decodeEnvelope, encodeEnvelope } from "./codec";
 import { type ReasoningLevel, featuresFor, grantedLevel, newId } from "./ids";
 import type { Configuration, Envelope, ErrorMessage, MessageTypeCode, BodyOf } from "./messages";
 import { MessageType } from "./messages";
@@ -64,7 +66,8 @@ export interface ReasoningClientOptions {
   /** Configuration `device` (default "web"). */
   device?: string;
   maxTurns?: number;
-  /** Repeat an unanswered Configuration after this long (default 1000 ms). */
+  /** Repeat an unanswered Configuration, or a question not heard of, after this long
+   * (default 1000 ms). */
   resendMs?: number;
   /** Give up on a Configuration reply after this long (default 15000 ms). */
   configTimeoutMs?: number;
@@ -104,6 +107,8 @@ export class ReasoningClient {
   private unnamedUntil = 0;
   private configWaiter?: Waiter;
   private agentWaiter?: () => void;
+  /** Configurations repeated (stanzaId) and questions sent again under a new stanzaId
+   * (id): what the agent says about them is noise (for a question, only its 204). */
   private resent = new Set<string>();
   private lastAgent?: string;
   private closed = false;
@@ -194,14 +199,16 @@ export class ReasoningClient {
     await this.untilReady();
     const id = newId("msg");
     const previousId = this.assembler.lastAnswerId;
-    this.emit([{ kind: "turn", turn: this.assembler.start(id, text) }]);
-    await this.send(MessageType.UserMessage, {
+    const turn = this.assembler.start(id, text);
+    this.emit([{ kind: "turn", turn }]);
+    const env = await this.send(MessageType.UserMessage, {
       id,
       conversationId: this.state.conversationId,
       content: text,
       previousId,
       timestamp: Date.now(),
     });
+    void this.repeat(turn, env).catch(() => undefined);
     return id;
   }
 
@@ -330,6 +337,23 @@ export class ReasoningClient {
 
   private notice(text: string): void {
     this.emit([{ kind: "notice", text }]);
+  }
+
+  /** Send the question `env` again (at most 30 times, one per resendMs) until its turn
+   * is heard of: the same envelope while it is the last one sent (an agent that had it
+   * drops it), else its body under a new stanzaId, as they must rise (an agent that had
+   * it refuses the id: 204, noise). */
+  private async repeat(turn: Turn, env: Envelope): Promise<void> {
+    for (let n = 0; n < 30; n++) {
+      await new Promise((r) => setTimeout(r, this.opts.resendMs));
+      if (this.closed || turn.status !== "pending") return;
+      if (!this.ready) continue; // a resume under way: after it
+      if (env.stanzaId !== this.stanza) {
+        env = { ...env, stanzaId: ++this.stanza };
+        this.resent.add(turn.userMessageId);
+      }
+      await this.publish(env);
+    }
   }
 
   private async send<T extends MessageTypeCode>(type: T, body: BodyOf<T>): Promise<Envelope<T>> {
@@ -520,9 +544,8 @@ export class ReasoningClient {
     let env: Envelope;
     try {
       env = decodeEnvelope(payload);
-    } catch (err) {
-      if (err instanceof ProtocolError) return; // undecodable: dropped, like an unknown type
-      throw err;
+    } catch {
+      return; // undecodable (ProtocolError): dropped, like an unknown type
     }
     if (env.stanzaId >= 0) return; // not from the server
     if (!this.sequence.accept(participant.identity, env.stanzaId)) return; // replayed duplicate
@@ -534,7 +557,9 @@ export class ReasoningClient {
     }
     if (env.type === MessageType.ErrorMessage) {
       const b = env.body as ErrorMessage;
-      if (b.originatingId && this.resent.delete(b.originatingId)) return; // about our own repeat
+      const o = b.originatingId;
+      // About our own repeat: the agent had the original.
+      if (o && this.resent.delete(o) && (b.code === 204 || !this.assembler.lookup(o))) return;
       if (!this.assembler.lookup(b.originatingId) && this.configWaiter) {
         const w = this.configWaiter;
         this.configWaiter = undefined;

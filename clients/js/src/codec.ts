@@ -84,34 +84,33 @@ const INT_RANGES: Record<string, [number, number]> = {
   v: [0, 3],
 };
 
-const same = (v: unknown): unknown => v;
 const zeroBased = (v: unknown): unknown => (typeof v === "number" ? v + 1 : v);
-/** Alias key → [primary key, value transform], by type (PROTOCOL.md §3 "Aliases"). */
-const ALIASES: Record<number, [string, string, (v: unknown) => unknown][]> = {
-  1: [["content", "message", same]],
+/** Alias key → [primary key, value transform if any], by type (PROTOCOL.md §3 "Aliases"). */
+const ALIASES: Record<number, [string, string, ((v: unknown) => unknown)?][]> = {
+  1: [["content", "message"]],
   4: [
-    ["sequence", "seq", same],
-    ["durationMs", "duration", same],
+    ["sequence", "seq"],
+    ["durationMs", "duration"],
   ],
   5: [
-    ["messageId", "previousId", same],
+    ["messageId", "previousId"],
     ["sequence", "stepIndex", zeroBased],
   ],
-  6: [["messageId", "previousId", same]],
+  6: [["messageId", "previousId"]],
   7: [
-    ["data", "result", same],
-    ["error", "errorMessage", same],
+    ["data", "result"],
+    ["error", "errorMessage"],
   ],
-  9: [["isFinal", "final", same]],
+  9: [["isFinal", "final"]],
   14: [
-    ["messageId", "previousId", same],
-    ["relevance", "confidence", same],
-    ["usage", "action", same],
+    ["messageId", "previousId"],
+    ["relevance", "confidence"],
+    ["usage", "action"],
   ],
   15: [
-    ["messageId", "targetId", same],
-    ["previousId", "targetId", same],
-    ["commentaryType", "commentType", same],
+    ["messageId", "targetId"],
+    ["previousId", "targetId"],
+    ["commentaryType", "commentType"],
   ],
 };
 
@@ -223,13 +222,10 @@ function checkBody(
   for (const [key, kind, required] of SPECS[code]) {
     let v = raw[key];
     if (v == null && lenient) {
-      const aliases = ALIASES[code];
-      if (aliases) {
-        for (const [alias, primary, fix] of aliases) {
-          if (primary === key && raw[alias] != null) {
-            v = fix(raw[alias]);
-            break;
-          }
+      for (const [alias, primary, fix] of ALIASES[code] ?? []) {
+        if (primary === key && raw[alias] != null) {
+          v = fix ? fix(raw[alias]) : raw[alias];
+          break;
         }
       }
     }
@@ -249,10 +245,11 @@ function checkBody(
   return out;
 }
 
-function checkInt(v: unknown, kind: string, what: string, Err: typeof ValidationError | typeof EncodeError): number {
+/** An envelope field `v` of `kind` (see FIELDS), or `Err` naming it. */
+function field<T = number>(v: unknown, kind: string, what: string, Err: typeof ValidationError | typeof EncodeError): T {
   const why = misfit("", kind, v);
   if (why) throw new Err(`Envelope: ${v == null ? `missing required field \`${what}\`` : why} - at \`$.${what}\``);
-  return v as number;
+  return v as T;
 }
 
 /** Decode one packet. Throws DecodeError (not MessagePack) or ValidationError (not an
@@ -265,15 +262,12 @@ export function decodeEnvelope(data: Uint8Array): Envelope {
     throw new DecodeError(`not a MessagePack envelope: ${err instanceof Error ? err.message : String(err)}`);
   }
   if (!isMap(raw)) throw new ValidationError(`Envelope: Expected \`object\`, got \`${typeName(raw)}\` - at \`$\``);
-  const stanzaId = checkInt(raw.stanzaId, "i", "stanzaId", ValidationError);
-  const type = checkInt(raw.type, "w", "type", ValidationError);
-  const conversationId = raw.conversationId ?? "";
-  if (typeof conversationId !== "string") {
-    throw new ValidationError(`Envelope: Expected \`str\`, got \`${typeName(conversationId)}\` - at \`$.conversationId\``);
-  }
+  const stanzaId = field(raw.stanzaId, "i", "stanzaId", ValidationError);
+  const type = field(raw.type, "w", "type", ValidationError);
+  const conversationId = field<string>(raw.conversationId ?? "", "s", "conversationId", ValidationError);
   const meta = raw.meta ?? undefined;
   if (meta !== undefined) {
-    if (!isMap(meta)) throw new ValidationError(`Envelope: Expected \`object\`, got \`${typeName(meta)}\` - at \`$.meta\``);
+    field<Record<string, unknown>>(meta, "m", "meta", ValidationError);
     for (const k in meta) {
       if (k.startsWith(NON_STR_KEY)) throw new ValidationError("Envelope: meta keys must be str - at `$.meta`");
     }
@@ -294,8 +288,8 @@ export function decodeEnvelope(data: Uint8Array): Envelope {
 /** Encode one envelope (primary keys only, absent fields omitted). Throws EncodeError for
  * what the receiver would refuse and PacketTooLargeError above MAX_PACKET_BYTES. */
 export function encodeEnvelope(env: Envelope): Uint8Array<ArrayBuffer> {
-  checkInt(env.stanzaId, "i", "stanzaId", EncodeError);
-  checkInt(env.type, "w", "type", EncodeError);
+  field(env.stanzaId, "i", "stanzaId", EncodeError);
+  field(env.type, "w", "type", EncodeError);
   const code = env.type as number;
   let body: unknown = env.body;
   if (SPECS[code]) {

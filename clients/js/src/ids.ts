@@ -2,14 +2,11 @@
 
 import { Feature } from "./messages";
 
-const ALPHABET = "useandom-26T198340PX75pxJACKVERYMINDBUSHWOLF_GQZbfghjklqvwyzrict";
-
-/** `<prefix>_<21 URL-safe random characters>` (NanoID alphabet). */
+/** `<prefix>_<21 URL-safe random characters>` (NanoID's format: 126 random bits, as
+ * base64url). */
 export function newId(prefix: string): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(21));
-  let out = "";
-  for (const b of bytes) out += ALPHABET[b & 63];
-  return `${prefix}_${out}`;
+  const b64 = btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
+  return `${prefix}_${b64.slice(0, 21).replace(/\+/g, "-").replace(/\//g, "_")}`;
 }
 
 /** Features a client announces: streamed answers, and reasoning steps when shown. */

@@ -319,3 +319,38 @@ test("ReasoningClient: an envelope from a sender not yet named, the answer to it
   assert.equal(client.getState().status, "ready");
   client.close();
 });
+
+test("ReasoningClient: a question nothing is heard of is sent again until the agent shows it has it", async () => {
+  const room = new FakeRoom();
+  const a = person("agent-a");
+  room.remoteParticipants.set(a.identity, a);
+  const client = new ReasoningClient(room as unknown as Room, { resendMs: 50, agentTimeoutMs: 2000 });
+  const started = client.start();
+  await tick();
+  room.data(a, T.Configuration, -1, { conversationId: "conv_room", features: ["streaming", "reasoning_steps"] });
+  await started;
+  const questions = () => room.sent.filter((s) => s.env.type === T.UserMessage).map((s) => [s.env.stanzaId, (s.env.body as { id: string }).id]);
+  const id = await client.ask("6 x 7?");
+  // Lost on the way, say: the same envelope again while it is the last one sent.
+  await new Promise((r) => setTimeout(r, 80));
+  assert.deepEqual(questions().slice(0, 2), [[2, id], [2, id]]);
+  // Something else went out after it: stanzaIds must rise, so its body under a new one.
+  const off = client.setShowReasoning(false);
+  await tick();
+  const toggle = room.sent.at(-1)?.env.stanzaId as number;
+  room.data(a, T.Configuration, -2, { conversationId: "conv_room", features: ["streaming"] });
+  await off;
+  await new Promise((r) => setTimeout(r, 80));
+  const again = questions().filter(([stanza]) => stanza !== 2);
+  assert.ok(again.length >= 1 && again.every(([stanza, q]) => (stanza as number) > toggle && q === id), String(again));
+  // The agent had it (a slow start): its refusal of the id is noise, not the turn's end.
+  room.data(a, T.ErrorMessage, -3, { id: "err_1", conversationId: "c", code: 204, message: "message id already used", severity: 1, recoverable: true, originatingId: id });
+  await tick();
+  assert.deepEqual([client.turns[0].status, client.turns[0].error], ["pending", undefined]);
+  // Its first step: no more repeats.
+  room.data(a, T.ReasoningStep, -4, { id: "rs_1", conversationId: "c", previousId: id, content: "one", stepIndex: 1 });
+  const sent = questions().length;
+  await new Promise((r) => setTimeout(r, 150));
+  assert.equal(questions().length, sent);
+  client.close();
+});

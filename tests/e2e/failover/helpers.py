@@ -7,7 +7,8 @@ it stays (the clients' ``AgentTrust``), keeps every envelope they send with its
 ``stanzaId``, and when another agent takes over, the same one comes back or its own link
 does, resumes with it (Configuration with ``lastSequenceSeen`` = the highest server stanza
 received when the link or the agent was lost, kept by the client library's
-``ServerSequence``; below an envelope whose sender the SDK could not name), as the
+``ServerSequence``; below an envelope whose sender the SDK could not name), and repeats
+a question until the agent shows it has it (``alicia.client.questions``), as the
 project's clients do. :func:`open_leases` and :func:`lease_keeper` open the lease table
 (and a process's lease keeper) on a test's database and release its connections.
 """
@@ -31,12 +32,14 @@ from alicia.agent.gate.ffi_routing import route_room
 from alicia.agent.rooms.lease_keeper import LeaseKeeper
 from alicia.agent.storage.leases import Leases
 from alicia.client.following import UNNAMED_WINDOW_S
+from alicia.client.questions import REPEAT_INTERVAL_S, UnheardQuestions
 from alicia.client.sequence import ServerSequence
 from alicia.client.trust import AgentTrust
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import Play, RecordedLLM
 from alicia.protocol import (
     DATA_TOPIC,
+    Acknowledgement,
     AssistantMessage,
     AssistantSentence,
     Body,
@@ -242,6 +245,11 @@ class FollowingClient:
         self._unnamed_until = 0.0
         self.unnamed = 0
         """Server envelopes not held that came from a sender the SDK could not name."""
+        self.questions = UnheardQuestions()
+        self.asked_again = 0
+        """Questions sent again because nothing had been heard of their turn yet."""
+        self.noise: set[str] = set()
+        """Ids of the agent's refusals of a question sent again (it had it): not errors."""
         self._event = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
@@ -334,6 +342,11 @@ class FollowingClient:
             if held is None:
                 self._held[env.stanza_id] = bytes(packet.data)
                 self.sequence.accept(sender.identity, env.stanza_id)
+                body = env.body
+                if isinstance(body, ErrorMessage) and self.questions.is_noise(body):
+                    self.noise.add(body.id)
+                elif isinstance(body, Acknowledgement):
+                    self.questions.heard(body.acknowledged_message_id)
                 self.box.append(env)
                 self._event.set()
             elif held == packet.data:
@@ -399,12 +412,23 @@ class FollowingClient:
 
     async def send(self, body: Body) -> int:
         """Send ``body`` to the current agent; its stanzaId."""
-        stanza = self.counter.next()
-        env = envelope(body, stanza_id=stanza, conversation_id=self.conversation_id)
+        return (await self._send(body)).stanza_id
+
+    async def _send(self, body: Body) -> Envelope[Any]:
+        env = envelope(body, stanza_id=self.counter.next(), conversation_id=self.conversation_id)
+        await self._publish(env)
+        return env
+
+    async def _publish(self, env: Envelope[Any]) -> None:
         await self.room.local_participant.publish_data(
             encode(env), reliable=True, destination_identities=[self.agent], topic=DATA_TOPIC
         )
-        return stanza
+
+    async def aclose(self) -> None:
+        """Stop the client's tasks (resumes, repeats)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def handshake(self) -> None:
         for _ in range(15):
@@ -415,10 +439,39 @@ class FollowingClient:
         raise TimeoutError("no Configuration reply")
 
     async def ask(self, text: str) -> str:
-        """Send a UserMessage; its id."""
+        """Send a UserMessage (repeated until its turn is heard of, as the clients do);
+        its id."""
         message = UserMessage(id=new_id("msg"), conversation_id=self.conversation_id, content=text)
-        await self.send(message)
+        self.questions.sent(message.id, await self._send(message))
+        if not any(t.get_name() == "repeat" for t in self._tasks):
+            task = asyncio.get_running_loop().create_task(self._repeat(), name="repeat")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return message.id
+
+    async def _repeat(self) -> None:
+        """The clients' repeats of questions not heard of (alicia.client.questions)."""
+        while self.questions:
+            await asyncio.sleep(REPEAT_INTERVAL_S)
+            if self._resuming is not None and not self._resuming.done():
+                continue
+            for repeat in self.questions.due(self._heard_of, self.counter.last):
+                self.asked_again += 1
+                if repeat.verbatim:
+                    await self._publish(repeat.envelope)
+                else:
+                    env = await self._send(repeat.envelope.body)
+                    self.questions.sent(repeat.message_id, env)
+
+    def _heard_of(self, user_id: str) -> bool:
+        """The agent sent something for the turn of ``user_id``."""
+        for e in self.box:
+            b = e.body
+            if getattr(b, "previous_id", None) == user_id or (
+                isinstance(b, ErrorMessage) and b.originating_id == user_id
+            ):
+                return True
+        return False
 
     async def wait_for(
         self, kind: type[Any], within: float = 30.0, after: int = 0, **match: Any
@@ -460,7 +513,11 @@ class FollowingClient:
             b = e.body
             if isinstance(b, AssistantSentence) and b.previous_id in starts and b.is_final:
                 return True
-            if isinstance(b, ErrorMessage) and b.originating_id == user_id:
+            if (
+                isinstance(b, ErrorMessage)
+                and b.originating_id == user_id
+                and b.id not in self.noise
+            ):
                 return True
         return bool(answers)
 
@@ -480,9 +537,11 @@ async def following_client(
     r = rtc.Room()
     await r.connect(server.url, server.token(identity, room, attributes=attributes))
     route_room(r)  # many rooms in one process: each gets only its own events
+    client = FollowingClient(r, room)
     try:
-        yield FollowingClient(r, room)
+        yield client
     finally:
+        await client.aclose()
         await r.disconnect()
 
 

@@ -1,0 +1,90 @@
+"""A question the agent has not shown it has is sent again (``alicia.client.questions``).
+
+The faults are made by the scripted agent in a real room (livekit-server): it drops the
+first UserMessage unread, as a packet lost while a link is rebuilt (the agent's, when its
+node died: fD), or starts a turn only after a while (a slow model). Like the worker, it
+drops a question that comes again as it was (same stanzaId) and refuses one that comes
+again under a new stanzaId (ErrorMessage 204), which the client takes as "it has it".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from alicia.client import ClientSession, mint_token
+from alicia.harness import LiveKitServer
+from alicia.protocol import ErrorMessage, UserMessage, new_id
+from tests.support.scripted_agent import Script, scripted_agent
+from tests.support.trust import ANSWER, from_clients
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def _questions(agent: object) -> list[tuple[int, str]]:
+    """(stanzaId, id) of every UserMessage envelope the agent received, lost ones too."""
+    return [
+        (e.stanza_id, e.body.id)
+        for e in agent.received  # type: ignore[attr-defined]
+        if isinstance(e.body, UserMessage)
+    ]
+
+
+async def test_a_question_lost_on_the_way_is_sent_again_until_the_agent_has_it(
+    livekit_server: LiveKitServer,
+) -> None:
+    """The first copy is lost: the same envelope comes again a second later, the agent
+    answers it once, and the client shows one whole turn."""
+    room = new_id("conv")
+    async with (
+        ClientSession() as session,
+        scripted_agent(livekit_server, room, Script(lose_questions=1), identity="agent-a") as agent,
+    ):
+        token = mint_token(
+            livekit_server.api_key, livekit_server.api_secret, room=room, identity="alice"
+        )
+        await session.connect(livekit_server.url, token)
+        await session.wait_for_agent(15)
+        await session.handshake()
+        turn = await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
+    [lost] = agent.lost
+    copies = _questions(agent)
+    assert len(copies) >= 2 and set(copies) == {(lost.stanza_id, turn.user_message_id)}
+    assert turn.answer == ANSWER and turn.error is None
+    assert [s.step_index for s in turn.steps] == [1, 2, 3]  # one turn's steps, once
+
+
+@pytest.mark.parametrize("fault", ["lost", "slow"])
+async def test_a_question_followed_by_other_traffic_comes_again_under_a_new_stanza(
+    livekit_server: LiveKitServer, fault: str
+) -> None:
+    """Something went out after the question (here a show-reasoning update): its repeat
+    must take a new stanzaId (they rise). Lost, the agent takes the repeat; slow, the
+    agent had it and refuses the id (204): the client drops that refusal as noise and
+    the turn ends with its answer, not the error."""
+    script = Script(lose_questions=1) if fault == "lost" else Script(think_s=2.5)
+    room = new_id("conv")
+    async with (
+        ClientSession() as session,
+        scripted_agent(livekit_server, room, script, identity="agent-a") as agent,
+    ):
+        token = mint_token(
+            livekit_server.api_key, livekit_server.api_secret, room=room, identity="alice"
+        )
+        await session.connect(livekit_server.url, token)
+        await session.wait_for_agent(15)
+        await session.handshake()
+        asked = await session.ask("6 x 7?")
+        await session.set_show_reasoning(True)
+        turn = await session.wait_turn(asked, timeout=15)
+    copies = _questions(agent)
+    stanzas = sorted({stanza for stanza, _ in copies})
+    assert {mid for _, mid in copies} == {turn.user_message_id}
+    assert len(stanzas) == 2 and stanzas[0] < stanzas[1], copies  # then a new stanzaId
+    assert turn.answer == ANSWER and turn.error is None
+    refusals = [e for e in agent.sent if isinstance(e.body, ErrorMessage)]
+    if fault == "lost":
+        assert refusals == [] and len(agent.lost) == 1
+    else:
+        assert [e.body.code for e in refusals] == [204] and session.duplicates >= 1
+    assert [s.step_index for s in turn.steps] == [1, 2, 3]
+    assert len(from_clients(agent, UserMessage)) == len(copies)
