@@ -127,5 +127,6 @@ async def test_a_node_that_dies_leaves_no_room_without_its_conversation(
         f"max_s_to_first_envelope={max(back):.2f} lost=0 "  # check_consistent: no gap
         f"repeated={sum(len(c.conflicts) + len(c.unexplained) for _, c, _ in rooms)} "
         f"replayed_again_dropped={sum(c.duplicates for _, c, _ in rooms)} "
-        f"unnamed_asked_again={sum(c.unnamed for _, c, _ in rooms)}"
+        f"unnamed_asked_again={sum(c.unnamed for _, c, _ in rooms)} "
+        f"questions_repeated={sum(c.asked_again for _, c, _ in rooms)}"
     )
