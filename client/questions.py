@@ -11,7 +11,11 @@ its turn (a step, a tool call, the answer, an error), or an Acknowledgement nami
 - Once something else went out after it (a resume's Configuration, another question), the
   same body goes out under a new stanzaId (stanzaIds must rise): an agent that had it
   refuses the id (ErrorMessage 204, ``duplicate_id``), which tells the client it has it
-  and is noise otherwise (:meth:`UnheardQuestions.is_noise`).
+  (no more repeats) and is noise otherwise (:meth:`UnheardQuestions.is_noise`; every 204
+  about it, a late one for an earlier repeat too).
+
+Whether a repeat is the same envelope is decided as it goes out (:meth:`Repeat.verbatim`):
+another question's repeat may have gone out just before.
 
 At most :data:`REPEATS_MAX` repeats per question, one per :data:`REPEAT_INTERVAL_S`.
 """
@@ -36,12 +40,15 @@ REASKED_KEPT: Final = 64
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    """One question to send again: the same ``envelope`` (``verbatim``), or its body
-    under a new stanzaId."""
+    """One question to send again: the same ``envelope``, or its body under a new
+    stanzaId."""
 
     message_id: str
     envelope: Envelope[Any]
-    verbatim: bool
+
+    def verbatim(self, last_stanza: int) -> bool:
+        """The same envelope goes again: it is still the last one sent (``last_stanza``)."""
+        return self.envelope.stanza_id == last_stanza
 
 
 @dataclass(slots=True)
@@ -83,20 +90,17 @@ class UnheardQuestions:
         mid = error.originating_id
         if error.code != ErrorCode.DUPLICATE_ID or mid is None or mid not in self._reasked:
             return False
-        del self._reasked[mid]
-        self.heard(mid)
+        self.heard(mid)  # kept in _reasked: a later repeat's 204 may still come
         return True
 
-    def due(self, heard_of: Callable[[str], bool], last_stanza: int) -> list[Repeat]:
-        """The questions to send again now (``last_stanza``: the last stanzaId sent),
-        dropping those ``heard_of`` (the agent sent something for the turn, or it is
-        gone) or repeated :data:`REPEATS_MAX` times."""
+    def due(self, heard_of: Callable[[str], bool]) -> list[Repeat]:
+        """The questions to send again now, dropping those ``heard_of`` (the agent sent
+        something for the turn, or it is gone) or repeated :data:`REPEATS_MAX` times."""
         out: list[Repeat] = []
         for mid, pending in list(self._pending.items()):
             if heard_of(mid) or pending.repeats >= REPEATS_MAX:
                 del self._pending[mid]
                 continue
             pending.repeats += 1
-            verbatim = pending.envelope.stanza_id == last_stanza
-            out.append(Repeat(mid, pending.envelope, verbatim))
+            out.append(Repeat(mid, pending.envelope))
         return out

@@ -383,10 +383,10 @@ class ClientSession(AgentFollowing):
             await asyncio.sleep(REPEAT_INTERVAL_S)
             if not self._ready.is_set() or self._lost is not None:
                 continue  # a resume under way: its turn comes after it
-            for repeat in self._questions.due(self._heard_of, self._counter.last):
+            for repeat in self._questions.due(self._heard_of):
                 logger.debug("question repeated", extra={"message": repeat.message_id})
                 try:
-                    if repeat.verbatim:
+                    if repeat.verbatim(self._counter.last):
                         await self._publish(repeat.envelope)
                     else:
                         env = await self._send(repeat.envelope.body)

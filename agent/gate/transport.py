@@ -40,7 +40,7 @@ from alicia.agent.telemetry.instruments import DROPPED, watch_queue
 from alicia.protocol import PROTOCOL_ATTRIBUTE, TEXT_BUDGET_BYTES, ProtocolError
 
 from .doors import door
-from .ffi_routing import publish, route_room
+from .ffi_routing import publish, route_room, set_attributes
 from .grants import grants_of, peer_of
 from .refusals import refused
 from .room import StreamCut, doors_of_room
@@ -58,7 +58,7 @@ MAX_PENDING_EACH: Final = PROTOCOL.bounds.queued_each or 256
 """The same for one sender: one sender's flood never fills the room's queue."""
 
 
-ANNOUNCE_WAITS_S: Final = (0.5, 1.0, 2.0, 4.0)
+ANNOUNCE_WAITS_S: Final = (0.25, 0.5, 1.0, 2.0)
 """Pauses between tries of the announcement (the signal link can time out a request, as
 while it is rebuilt)."""
 
@@ -76,10 +76,11 @@ async def announce(room: rtc.Room, attributes: dict[str, str] | None = None) -> 
     allowed = room.local_participant.permissions.can_update_metadata
     for wait in (*(ANNOUNCE_WAITS_S if allowed else ()), None):
         try:
-            await room.local_participant.set_attributes(values)
+            await set_attributes(room, values)  # raises what the SDK's call only logs
             return
         except Exception:
-            if wait is None or not room.isconnected():
+            gone = room.connection_state == rtc.ConnectionState.CONN_DISCONNECTED
+            if wait is None or gone:
                 logger.warning("agent attribute not set", extra={"room": room.name}, exc_info=True)
                 return
             logger.info("agent attribute not set: trying again", extra={"room": room.name})

@@ -88,3 +88,38 @@ async def test_a_question_followed_by_other_traffic_comes_again_under_a_new_stan
         assert [e.body.code for e in refusals] == [204] and session.duplicates >= 1
     assert [s.step_index for s in turn.steps] == [1, 2, 3]
     assert len(from_clients(agent, UserMessage)) == len(copies)
+
+
+async def test_two_questions_unheard_go_again_in_order_and_each_refusal_is_noise(
+    livekit_server: LiveKitServer,
+) -> None:
+    """Two questions in flight, neither heard of yet (a slow start). The first goes again
+    under a new stanzaId (the second went after it); then the second is no longer the
+    last one sent either (decided as it goes, not before the round: the same envelope
+    again would not rise, and the agent would refuse its order, 202), so it takes a new
+    one too. The agent refuses only their ids (204), dropped as noise; no more repeats
+    then, and both turns end with their answers."""
+    room = new_id("conv")
+    events: list[object] = []
+    async with (
+        ClientSession() as session,
+        scripted_agent(livekit_server, room, Script(think_s=2.5), identity="agent-a") as agent,
+    ):
+        session.on_event(events.append)
+        token = mint_token(
+            livekit_server.api_key, livekit_server.api_secret, room=room, identity="alice"
+        )
+        await session.connect(livekit_server.url, token)
+        await session.wait_for_agent(15)
+        await session.handshake()
+        first = await session.ask("6 x 7?")
+        second = await session.ask("7 x 6?")
+        turns = [await session.wait_turn(t, timeout=20) for t in (first, second)]
+    refusals = [e.body for e in agent.sent if isinstance(e.body, ErrorMessage)]
+    assert sorted(r.code for r in refusals) == [204, 204], refusals
+    assert {r.originating_id for r in refusals} == {t.user_message_id for t in turns}
+    assert all(t.answer == ANSWER and t.error is None for t in turns)
+    assert not [e for e in events if type(e).__name__ == "ErrorReceived"]
+    copies = _questions(agent)
+    stanzas = [stanza for stanza, _ in copies]
+    assert len(copies) == 4 and stanzas == sorted(stanzas), copies  # two each, no more

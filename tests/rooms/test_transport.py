@@ -6,9 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from livekit import api
+from livekit import api, rtc
 
 from alicia.agent.engine.transport import Incoming, Left, Packet, Peer, Regranted, TransportError
+from alicia.agent.gate import transport
+from alicia.agent.gate.ffi_routing import set_attributes
 from alicia.agent.gate.transport import RoomTransport, announce
 from alicia.harness import LiveKitServer
 from alicia.protocol import DATA_TOPIC, new_id
@@ -273,16 +275,15 @@ async def test_an_announcement_that_fails_is_tried_again_until_the_room_sees_it(
         joined(livekit_server, room, "alice") as alice,
     ):
         await wait_for_participant(alice, "agent")
-        real = agent_room.local_participant.set_attributes
         tries: list[dict[str, str]] = []
 
-        async def flaky(attributes: dict[str, str]) -> None:
+        async def flaky(room: rtc.Room, attributes: dict[str, str]) -> None:
             tries.append(attributes)
             if len(tries) <= 2:
                 raise RuntimeError("attributes not set: engine: signal failure: request timeout")
-            await real(attributes)
+            await set_attributes(room, attributes)
 
-        monkeypatch.setattr(agent_room.local_participant, "set_attributes", flaky)
+        monkeypatch.setattr(transport, "set_attributes", flaky)
         await announce(agent_room, {"lk.agent.state": "listening"})
         async with asyncio.timeout(10):
             while alice.remote_participants["agent"].attributes.get("alicia.protocol") != "1":

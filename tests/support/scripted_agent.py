@@ -10,9 +10,11 @@ attribute: livekit-server sets it at dispatch, and takes it from any token minte
 API secret), continue the server's stanza sequence ``after`` a stanza id, and answers a
 resume (§4.9) like the worker: Acknowledgement + Configuration, or ErrorMessage 202 for a
 ``lastSequenceSeen`` beyond what it numbered. Like the worker it drops a question sent
-again as it was (same stanzaId) and refuses one sent again under a new stanzaId
-(ErrorMessage 204, ``duplicate_id``). The faults it can make: questions lost on the way
-(:attr:`Script.lose_questions`), a slow start (:attr:`Script.think_s`).
+again as it was while it is its sender's last envelope (same stanzaId), refuses a stanzaId
+that does not rise (ErrorMessage 202, the worker's ``OrderingError``) and a question sent
+again under a new stanzaId (ErrorMessage 204, ``duplicate_id``). The faults it can make:
+questions lost on the way (:attr:`Script.lose_questions`), a slow start
+(:attr:`Script.think_s`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from alicia.protocol import (
     AssistantSentence,
     Configuration,
     Envelope,
+    ErrorCode,
     ErrorMessage,
     ReasoningStep,
     Severity,
@@ -107,8 +110,8 @@ class ScriptedAgent:
         """UserMessages dropped as lost (:attr:`Script.lose_questions`)."""
         self._asked: set[str] = set()
         """Question ids taken."""
-        self._stanzas: set[tuple[str, int]] = set()
-        """(sender, stanzaId) of each question received."""
+        self._last: dict[str, tuple[int, bytes]] = {}
+        """Each sender's highest stanzaId and the envelope that came under it."""
         self._tasks: set[asyncio.Task[None]] = set()
         room.on("data_received", self._on_data)
 
@@ -117,7 +120,28 @@ class ScriptedAgent:
             return  # like a strict server: drop what comes from a not-yet-known sender
         env = decode(packet.data)
         self.received.append(env)
-        task = asyncio.get_running_loop().create_task(self._reply(env, packet.participant.identity))
+        if isinstance(env.body, UserMessage) and len(self.lost) < self.script.lose_questions:
+            self.lost.append(env)  # lost on the way: as if it never came
+            return
+        sender = packet.participant.identity
+        high, last = self._last.get(sender, (0, b""))
+        if isinstance(env.body, UserMessage) and 0 < env.stanza_id <= high:
+            if env.stanza_id == high and packet.data == last:
+                return  # the last envelope again: a resend, dropped (the worker's rule)
+            reply: Any = ErrorMessage(
+                id=new_id("err"),
+                conversation_id=self.room.name,
+                code=int(ErrorCode.INVALID_STATE),
+                message=f"stanzaId {env.stanza_id} is not after the last one seen ({high})",
+                severity=Severity.WARNING,
+                recoverable=True,
+                originating_id=str(env.stanza_id),
+            )
+            task = asyncio.get_running_loop().create_task(self._answer(reply, sender))
+        else:
+            if env.stanza_id > high:
+                self._last[sender] = (env.stanza_id, bytes(packet.data))
+            task = asyncio.get_running_loop().create_task(self._reply(env, sender))
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
@@ -134,6 +158,9 @@ class ScriptedAgent:
             encode(env), reliable=True, destination_identities=[to], topic=DATA_TOPIC
         )
         return env
+
+    async def _answer(self, body: Any, to: str) -> None:
+        await self._send(body, self.room.name, to)
 
     async def _reply(self, env: Envelope[Any], to: str) -> None:
         conv = self.room.name
@@ -159,9 +186,6 @@ class ScriptedAgent:
             )
             await self._send(reply, conv, to)
         elif isinstance(body, UserMessage):
-            if (to, env.stanza_id) in self._stanzas:
-                return  # the same envelope again: a resend, dropped
-            self._stanzas.add((to, env.stanza_id))
             if body.id in self._asked:
                 refusal = ErrorMessage(
                     id=new_id("err"),
@@ -173,10 +197,6 @@ class ScriptedAgent:
                     originating_id=body.id,
                 )
                 await self._send(refusal, conv, to)
-                return
-            if len(self.lost) < self.script.lose_questions:
-                self.lost.append(env)
-                self._stanzas.discard((to, env.stanza_id))  # never arrived
                 return
             self._asked.add(body.id)
             await asyncio.sleep(self.script.think_s)

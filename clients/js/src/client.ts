@@ -107,9 +107,11 @@ export class ReasoningClient {
   private unnamedUntil = 0;
   private configWaiter?: Waiter;
   private agentWaiter?: () => void;
-  /** Configurations repeated (stanzaId) and questions sent again under a new stanzaId
-   * (id): what the agent says about them is noise (for a question, only its 204). */
+  /** Configurations repeated (stanzaId): what the agent says about them is noise. */
   private resent = new Set<string>();
+  /** Questions the agent refused as known (204, about a repeat: a fresh id is never
+   * known): it has them, no more repeats, and the refusal is noise. */
+  private known = new Set<string>();
   private lastAgent?: string;
   private closed = false;
 
@@ -339,19 +341,17 @@ export class ReasoningClient {
     this.emit([{ kind: "notice", text }]);
   }
 
-  /** Send the question `env` again (at most 30 times, one per resendMs) until its turn
-   * is heard of: the same envelope while it is the last one sent (an agent that had it
-   * drops it), else its body under a new stanzaId, as they must rise (an agent that had
-   * it refuses the id: 204, noise). */
-  private async repeat(turn: Turn, env: Envelope): Promise<void> {
-    for (let n = 0; n < 30; n++) {
+  /** Send the question `env` again (at most 30 times, one per resendMs, none while a
+   * resume is under way) until its turn is heard of: the same envelope while
+   * it is the last one sent (an agent that had it drops it), else its body under a new
+   * stanzaId, as they must rise (an agent that had it refuses the id: 204, noise). */
+  private async repeat(turn: Turn, env: Envelope<typeof MessageType.UserMessage>): Promise<void> {
+    for (let n = 0; n < 30; ) {
       await new Promise((r) => setTimeout(r, this.opts.resendMs));
-      if (this.closed || turn.status !== "pending") return;
-      if (!this.ready) continue; // a resume under way: after it
-      if (env.stanzaId !== this.stanza) {
-        env = { ...env, stanzaId: ++this.stanza };
-        this.resent.add(turn.userMessageId);
-      }
+      if (this.closed || turn.status !== "pending" || this.known.has(env.body.id)) return;
+      if (!this.ready) continue;
+      if (env.stanzaId !== this.stanza) env = { ...env, stanzaId: ++this.stanza };
+      n++;
       await this.publish(env);
     }
   }
@@ -460,14 +460,8 @@ export class ReasoningClient {
   /** A packet from a sender livekit-client cannot name yet (the agent's data outran the
    * news of its rejoining): not taken, but if it is a server envelope not held, resume
    * from below it, after any resume under way (its answer may be what was dropped). */
-  private unnamed(payload: Uint8Array): void {
+  private unnamed(env: Envelope): void {
     if (Date.now() > this.unnamedUntil) return; // once per window
-    let env: Envelope;
-    try {
-      env = decodeEnvelope(payload);
-    } catch {
-      return;
-    }
     if (!this.sequence.suspect(env.stanzaId)) return;
     const identity = this.trust.identity;
     if (this.closed || !identity) return; // asked from below on adoption (the window opens with a conversation)
@@ -536,16 +530,16 @@ export class ReasoningClient {
 
   private onData(payload: Uint8Array, participant?: Participant, topic?: string): void {
     if (topic !== DATA_TOPIC) return;
-    if (!participant || !this.trust.trusts(participant)) {
-      if (!participant) this.unnamed(payload);
-      else if (participant.identity === this.trust.identity) this.checkAgent();
-      return this.setState({ untrusted: this.state.untrusted + 1 });
-    }
     let env: Envelope;
     try {
       env = decodeEnvelope(payload);
     } catch {
       return; // undecodable (ProtocolError): dropped, like an unknown type
+    }
+    if (!participant || !this.trust.trusts(participant)) {
+      if (!participant) this.unnamed(env);
+      else if (participant.identity === this.trust.identity) this.checkAgent();
+      return this.setState({ untrusted: this.state.untrusted + 1 });
     }
     if (env.stanzaId >= 0) return; // not from the server
     if (!this.sequence.accept(participant.identity, env.stanzaId)) return; // replayed duplicate
@@ -559,7 +553,8 @@ export class ReasoningClient {
       const b = env.body as ErrorMessage;
       const o = b.originatingId;
       // About our own repeat: the agent had the original.
-      if (o && this.resent.delete(o) && (b.code === 204 || !this.assembler.lookup(o))) return;
+      // 204 about a question: one of its repeats came to an agent that had it.
+      if (o && (b.code === 204 ? this.known.add(o) : this.resent.delete(o))) return;
       if (!this.assembler.lookup(b.originatingId) && this.configWaiter) {
         const w = this.configWaiter;
         this.configWaiter = undefined;

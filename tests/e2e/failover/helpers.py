@@ -455,13 +455,16 @@ class FollowingClient:
             await asyncio.sleep(REPEAT_INTERVAL_S)
             if self._resuming is not None and not self._resuming.done():
                 continue
-            for repeat in self.questions.due(self._heard_of, self.counter.last):
+            for repeat in self.questions.due(self._heard_of):
                 self.asked_again += 1
-                if repeat.verbatim:
-                    await self._publish(repeat.envelope)
-                else:
-                    env = await self._send(repeat.envelope.body)
-                    self.questions.sent(repeat.message_id, env)
+                try:
+                    if repeat.verbatim(self.counter.last):
+                        await self._publish(repeat.envelope)
+                    else:
+                        env = await self._send(repeat.envelope.body)
+                        self.questions.sent(repeat.message_id, env)
+                except Exception:  # the room went away
+                    return
 
     def _heard_of(self, user_id: str) -> bool:
         """The agent sent something for the turn of ``user_id``."""
