@@ -181,7 +181,11 @@ class ReasoningBridge:
             )
             self._progress.start()
             if self._settings.spoken_progress == "summary":
-                self._known = KnownListeners(self._room, self._settings.reasoning_visibility)
+                self._known = KnownListeners(
+                    self._room,
+                    self._settings.reasoning_visibility,
+                    playing_out=self._progress.summary_playing_out,
+                )
                 self._known.start()
         self._tasks = [
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),

@@ -83,6 +83,10 @@ _LEAD_S: Final = 0.4
 _STALE_END_S: Final = 10.0
 """An end of speech older than this is not the one the answer follows (typed input)."""
 _PLAY_AHEAD_S: Final = 0.1
+PLAY_OUT_MAX_S: Final = 3.0
+"""Longest a summary remark's audio is taken to be still playing out after its last frame
+was handed over (the room's output holds more than its 0.2 s source queue when the
+process is loaded)."""
 """A remark's frames are handed to the audio output this far ahead of their playing time,
 not all at once (its queue is unbounded), so a level that drops mid-remark stops it within
 this, livekit's 200 ms audio source queue and the delivery."""
@@ -166,6 +170,10 @@ class ProgressSpeaker:
         """Synthesized cues (a fixed, small set)."""
         self._warming: asyncio.Task[None] | None = None
         self._closed = False
+        self._summary_handed_at: float | None = None
+        """When (``time.monotonic``) the last frame of a summary remark was handed to the
+        audio output (it ended, or stopped for a listener granted less): it plays out
+        after that."""
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -203,6 +211,16 @@ class ProgressSpeaker:
     def answer_of(self, remark: SpeechHandle) -> SpeechHandle | None:
         """The answer the progress speech ``remark`` stands in front of, once bound."""
         return next((a.handle for a in self._answers.values() if a.fronted == remark.id), None)
+
+    def summary_playing_out(self) -> bool:
+        """A summary remark may still be sounding: its audio handed to the room's output
+        has not all played (a loaded process plays it out late). Looked at for
+        :data:`PLAY_OUT_MAX_S` after its last frame (an unknown output: all that time)."""
+        handed = self._summary_handed_at
+        if handed is None or time.monotonic() - handed > PLAY_OUT_MAX_S:
+            return False
+        queued = queued_audio_s(self._session)
+        return queued is None or queued > 0.0
 
     def is_remark(self, handle: SpeechHandle) -> bool:
         """``handle`` is one of our progress speeches (created by :meth:`front` or now)."""
@@ -424,6 +442,8 @@ class ProgressSpeaker:
                         stopped = True  # someone granted less joined: not a word more
                         break
                     yield frame
+                    if made == "summary":
+                        self._summary_handed_at = time.monotonic()
                     played += frame.duration
                 if a.ready.is_set():
                     self._cut(box.handle)
@@ -558,3 +578,18 @@ def _vad_silence(session: AgentSession[Any]) -> float:
     options = getattr(session.vad, "_opts", None)
     value = getattr(options, "min_silence_duration", 0.0)
     return float(value) if isinstance(value, int | float) and 0 <= value < 5 else 0.0
+
+
+def queued_audio_s(session: AgentSession[Any]) -> float | None:
+    """Seconds of audio handed to ``session``'s room output and not yet played (its
+    frames waiting to reach the source, and the source's queue); None when the output is
+    not livekit-agents' room output (the attributes read are its own, version-pinned)."""
+    output: Any = session.output.audio
+    while output is not None and getattr(output, "_audio_source", None) is None:
+        output = getattr(output, "next_in_chain", None)
+    if output is None:
+        return None
+    waiting = getattr(output, "_audio_buf", None)
+    frames = waiting.qsize() if waiting is not None and hasattr(waiting, "qsize") else 0
+    queued: float = output._audio_source.queued_duration
+    return queued + 0.05 * frames  # the output's frames are 50 ms

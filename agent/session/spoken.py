@@ -45,7 +45,10 @@ def listening_level(room: rtc.Room, default: Visibility) -> SpokenLevel:
 LET_IN_AFTER_S = 0.5
 """Seconds between a participant's announcement and its leave to subscribe: a summary
 remark stops at its next frame once the newcomer counts, and what was already handed to
-the audio output (0.1 s ahead, livekit's 200 ms source queue) plays out before it."""
+the audio output (0.1 s ahead, livekit's 200 ms source queue) plays out before it; on a
+loaded process later, so the let-in also waits for that (``playing_out``)."""
+PLAYED_OUT_POLL_S = 0.05
+"""How often a newcomer's let-in looks again whether a stopped remark has played out."""
 
 
 class KnownListeners:
@@ -57,14 +60,22 @@ class KnownListeners:
     audio at once. Until it is announced, :func:`listening_level` cannot count its grant,
     and a summary remark would play to it. So the agent's tracks are closed to everyone
     but the participants in its roster, and a newcomer is let in :data:`LET_IN_AFTER_S`
-    after it is announced (a summary remark it may not hear has stopped by then). It
-    hears the agent at most 3.5 s after it joined."""
+    after it is announced (a summary remark it may not hear has stopped by then), and not
+    while ``playing_out`` says a summary remark's audio still sounds (a loaded process
+    plays what it handed to the output late, a remark that ended just before too). It
+    hears the agent at most 3.5 s after it joined, or once that remark has played out."""
 
-    def __init__(self, room: rtc.Room, default: Visibility) -> None:
+    def __init__(
+        self,
+        room: rtc.Room,
+        default: Visibility,
+        playing_out: Callable[[], bool] | None = None,
+    ) -> None:
         """For the agent in ``room`` (connected); ``default``: the level of a participant
-        without a grant."""
+        without a grant; ``playing_out``: a summary remark may still sound."""
         self._room = room
         self._default = default
+        self._playing_out = playing_out
         self._in: set[str] = set()
         """The identities that may subscribe."""
         self._waiting: dict[str, asyncio.TimerHandle] = {}
@@ -119,6 +130,10 @@ class KnownListeners:
             self._joined(p)
 
     def _let_in(self, identity: str) -> None:
+        if self._playing_out is not None and self._playing_out():
+            loop = asyncio.get_running_loop()  # the remark's tail first
+            self._waiting[identity] = loop.call_later(PLAYED_OUT_POLL_S, self._let_in, identity)
+            return
         self._waiting.pop(identity, None)
         p = self._room.remote_participants.get(identity)
         if p is not None and self._may_hear(p):  # its grant may have gone meanwhile

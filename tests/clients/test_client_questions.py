@@ -9,24 +9,40 @@ again under a new stanzaId (ErrorMessage 204), which the client takes as "it has
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import pytest
 
 from alicia.client import ClientSession, mint_token
 from alicia.harness import LiveKitServer
 from alicia.protocol import ErrorMessage, UserMessage, new_id
-from tests.support.scripted_agent import Script, scripted_agent
+from tests.support.scripted_agent import Script, ScriptedAgent, scripted_agent
 from tests.support.trust import ANSWER, from_clients
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def _questions(agent: object) -> list[tuple[int, str]]:
+def _questions(agent: ScriptedAgent) -> list[tuple[int, str]]:
     """(stanzaId, id) of every UserMessage envelope the agent received, lost ones too."""
-    return [
-        (e.stanza_id, e.body.id)
-        for e in agent.received  # type: ignore[attr-defined]
-        if isinstance(e.body, UserMessage)
-    ]
+    return [(e.stanza_id, e.body.id) for e in agent.received if isinstance(e.body, UserMessage)]
+
+
+@contextlib.asynccontextmanager
+async def ready(
+    server: LiveKitServer, script: Script
+) -> AsyncIterator[tuple[ClientSession, ScriptedAgent]]:
+    """A session handshaken with a scripted agent playing ``script`` in a new room."""
+    room = new_id("conv")
+    token = mint_token(server.api_key, server.api_secret, room=room, identity="alice")
+    async with (
+        ClientSession() as session,
+        scripted_agent(server, room, script, identity="agent-a") as agent,
+    ):
+        await session.connect(server.url, token)
+        await session.wait_for_agent(15)
+        await session.handshake()
+        yield session, agent
 
 
 async def test_a_question_lost_on_the_way_is_sent_again_until_the_agent_has_it(
@@ -34,17 +50,7 @@ async def test_a_question_lost_on_the_way_is_sent_again_until_the_agent_has_it(
 ) -> None:
     """The first copy is lost: the same envelope comes again a second later, the agent
     answers it once, and the client shows one whole turn."""
-    room = new_id("conv")
-    async with (
-        ClientSession() as session,
-        scripted_agent(livekit_server, room, Script(lose_questions=1), identity="agent-a") as agent,
-    ):
-        token = mint_token(
-            livekit_server.api_key, livekit_server.api_secret, room=room, identity="alice"
-        )
-        await session.connect(livekit_server.url, token)
-        await session.wait_for_agent(15)
-        await session.handshake()
+    async with ready(livekit_server, Script(lose_questions=1)) as (session, agent):
         turn = await session.wait_turn(await session.ask("6 x 7?"), timeout=15)
     [lost] = agent.lost
     copies = _questions(agent)
@@ -62,17 +68,7 @@ async def test_a_question_followed_by_other_traffic_comes_again_under_a_new_stan
     agent had it and refuses the id (204): the client drops that refusal as noise and
     the turn ends with its answer, not the error."""
     script = Script(lose_questions=1) if fault == "lost" else Script(think_s=2.5)
-    room = new_id("conv")
-    async with (
-        ClientSession() as session,
-        scripted_agent(livekit_server, room, script, identity="agent-a") as agent,
-    ):
-        token = mint_token(
-            livekit_server.api_key, livekit_server.api_secret, room=room, identity="alice"
-        )
-        await session.connect(livekit_server.url, token)
-        await session.wait_for_agent(15)
-        await session.handshake()
+    async with ready(livekit_server, script) as (session, agent):
         asked = await session.ask("6 x 7?")
         await session.set_show_reasoning(True)
         turn = await session.wait_turn(asked, timeout=15)
@@ -99,19 +95,9 @@ async def test_two_questions_unheard_go_again_in_order_and_each_refusal_is_noise
     again would not rise, and the agent would refuse its order, 202), so it takes a new
     one too. The agent refuses only their ids (204), dropped as noise; no more repeats
     then, and both turns end with their answers."""
-    room = new_id("conv")
     events: list[object] = []
-    async with (
-        ClientSession() as session,
-        scripted_agent(livekit_server, room, Script(think_s=2.5), identity="agent-a") as agent,
-    ):
+    async with ready(livekit_server, Script(think_s=2.5)) as (session, agent):
         session.on_event(events.append)
-        token = mint_token(
-            livekit_server.api_key, livekit_server.api_secret, room=room, identity="alice"
-        )
-        await session.connect(livekit_server.url, token)
-        await session.wait_for_agent(15)
-        await session.handshake()
         first = await session.ask("6 x 7?")
         second = await session.ask("7 x 6?")
         turns = [await session.wait_turn(t, timeout=20) for t in (first, second)]

@@ -128,16 +128,9 @@ class ScriptedAgent:
         if isinstance(env.body, UserMessage) and 0 < env.stanza_id <= high:
             if env.stanza_id == high and packet.data == last:
                 return  # the last envelope again: a resend, dropped (the worker's rule)
-            reply: Any = ErrorMessage(
-                id=new_id("err"),
-                conversation_id=self.room.name,
-                code=int(ErrorCode.INVALID_STATE),
-                message=f"stanzaId {env.stanza_id} is not after the last one seen ({high})",
-                severity=Severity.WARNING,
-                recoverable=True,
-                originating_id=str(env.stanza_id),
-            )
-            task = asyncio.get_running_loop().create_task(self._answer(reply, sender))
+            why = f"stanzaId {env.stanza_id} is not after the last one seen ({high})"
+            refusal = self._refusal(ErrorCode.INVALID_STATE, why, str(env.stanza_id))
+            task = asyncio.get_running_loop().create_task(self._answer(refusal, sender))
         else:
             if env.stanza_id > high:
                 self._last[sender] = (env.stanza_id, bytes(packet.data))
@@ -162,21 +155,26 @@ class ScriptedAgent:
     async def _answer(self, body: Any, to: str) -> None:
         await self._send(body, self.room.name, to)
 
+    def _refusal(self, code: int, message: str, originating_id: str | None) -> ErrorMessage:
+        """The ErrorMessage the worker sends for ``code`` (recoverable but 202 on resume)."""
+        return ErrorMessage(
+            id=new_id("err"),
+            conversation_id=self.room.name,
+            code=code,
+            message=message,
+            severity=Severity.WARNING if originating_id else Severity.ERROR,
+            recoverable=originating_id is not None,
+            originating_id=originating_id,
+        )
+
     async def _reply(self, env: Envelope[Any], to: str) -> None:
         conv = self.room.name
         body = env.body
         if isinstance(body, Configuration):
             seen = body.last_sequence_seen or 0
             if body.conversation_id == conv and seen > abs(self._counter.last):
-                refusal = ErrorMessage(
-                    id=new_id("err"),
-                    conversation_id=conv,
-                    code=202,
-                    message=f"server message {seen} was never sent here",
-                    severity=Severity.ERROR,
-                    recoverable=False,
-                )
-                await self._send(refusal, conv, to)
+                why = f"server message {seen} was never sent here"
+                await self._send(self._refusal(202, why, None), conv, to)
                 return
             if body.conversation_id == conv and seen > 0:
                 ack = Acknowledgement(conversation_id=conv, acknowledged_stanza_id=seen)
@@ -187,16 +185,8 @@ class ScriptedAgent:
             await self._send(reply, conv, to)
         elif isinstance(body, UserMessage):
             if body.id in self._asked:
-                refusal = ErrorMessage(
-                    id=new_id("err"),
-                    conversation_id=conv,
-                    code=204,
-                    message=f"message id {body.id!r} is already used in this conversation",
-                    severity=Severity.WARNING,
-                    recoverable=True,
-                    originating_id=body.id,
-                )
-                await self._send(refusal, conv, to)
+                why = f"message id {body.id!r} is already used in this conversation"
+                await self._send(self._refusal(ErrorCode.DUPLICATE_ID, why, body.id), conv, to)
                 return
             self._asked.add(body.id)
             await asyncio.sleep(self.script.think_s)
