@@ -181,12 +181,9 @@ class ReasoningBridge:
             )
             self._progress.start()
             if self._settings.spoken_progress == "summary":
-                self._known = KnownListeners(
-                    self._room,
-                    self._settings.reasoning_visibility,
-                    playing_out=self._progress.summary_playing_out,
-                )
-                self._known.start()
+                played = self._progress.summary_playing_out
+                known = KnownListeners(self._room, self._settings.reasoning_visibility, played)
+                self._known = known.start()
         self._tasks = [
             asyncio.create_task(self.session.run(), name="alicia-bridge-session"),
             asyncio.create_task(self._pump(), name="alicia-bridge-pump"),
