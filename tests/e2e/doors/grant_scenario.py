@@ -46,13 +46,11 @@ async def grant_scenario(self: RoomSide) -> dict[str, Any]:
     counts: dict[str, list[int]] = {"nog": [], "eve": [], "gina": [], "alice": []}
     levels = ["none", "full"]
     for turn in range(3):
-        before = {
-            k: len(c.of(ReasoningStep)) for k, c in (("nog", nog), ("eve", eve), ("gina", gina))
-        }
-        counts["alice"].append(await self.ask())
+        asked, steps = await self.ask()
+        counts["alice"].append(steps)
         await asyncio.sleep(0.5)
-        for k, c in (("nog", nog), ("eve", eve), ("gina", gina)):
-            counts[k].append(len(c.of(ReasoningStep)) - before[k])
+        for k, c in (("nog", nog), ("eve", eve), ("gina", gina)):  # this turn's, by its id
+            counts[k].append(len([s for s in c.of(ReasoningStep) if s.previous_id == asked]))
         if turn < 2:
             await self.lk.room.update_participant(
                 api.UpdateParticipantRequest(

@@ -592,6 +592,6 @@ class RoomSide:
 
         return await grant_scenario(self)
 
-    ask: Callable[[], Awaitable[int]] | None = None
-    """Alice asks a question with reasoning; the number of steps of its answer."""
+    ask: Callable[[], Awaitable[tuple[str, int]]] | None = None
+    """Alice asks a question with reasoning; its id and the number of steps of its turn."""
     canary: str = ""

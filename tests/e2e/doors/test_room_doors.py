@@ -31,7 +31,7 @@ from livekit.protocol.agent_pb import agent_session as pb
 from alicia.agent.gate.doors import Kind, Server, door
 from alicia.harness import LiveKitServer
 from alicia.harness.recorded_llm import RecordedLLM
-from alicia.protocol import AssistantSentence, ReasoningStep, UserMessage, new_id
+from alicia.protocol import AssistantSentence, ReasoningStep, StartAnswer, UserMessage, new_id
 from tests.e2e.doors.matrix import Matrix
 from tests.e2e.doors.room_attacks import (
     RoomSide,
@@ -67,15 +67,23 @@ async def voice_worker(
         yield worker
 
 
-async def ask(client: ProtocolClient, room: str, text: str) -> int:
-    """One turn of ``client``'s: the steps it received, once its answer is final."""
-    before_steps = len(client.of(ReasoningStep))
-    before = len([s for s in client.of(AssistantSentence) if s.is_final])
-    await client.send(UserMessage(id=new_id("msg"), conversation_id=room, content=text))
+async def ask(client: ProtocolClient, room: str, text: str) -> tuple[str, int]:
+    """One turn of ``client``'s: its user message id and the steps of that turn it
+    received, once that turn's answer is final. Counted by the turn's ids: another
+    participant's turn in the room (an attacker may ask too) is not this one (fG: one that
+    ran beside alice's first made it count 8 steps, and its final sentence ended her
+    second at 0)."""
+    message = UserMessage(id=new_id("msg"), conversation_id=room, content=text)
+    await client.send(message)
+
+    def answered() -> bool:
+        starts = {a.id for a in client.of(StartAnswer) if a.previous_id == message.id}
+        return any(s.is_final and s.previous_id in starts for s in client.of(AssistantSentence))
+
     async with asyncio.timeout(60):
-        while len([s for s in client.of(AssistantSentence) if s.is_final]) <= before:
+        while not answered():
             await asyncio.sleep(0.05)
-    return len(client.of(ReasoningStep)) - before_steps
+    return message.id, len([s for s in client.of(ReasoningStep) if s.previous_id == message.id])
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -177,7 +185,7 @@ async def test_every_room_door_refuses_every_attack_as_its_row_promises(
     cells = matrix.todo()
     pid = side.worker.proc.pid
     memory: dict[str, tuple[float, float]] = {}
-    bob_steps: list[int] = [await ask(bob, bob.conversation_id, spec.user)]  # warm
+    bob_steps: list[int] = [(await ask(bob, bob.conversation_id, spec.user))[1]]  # warm
     started = time.monotonic()
     grants: asyncio.Future[object] | None = None
     for d in matrix.doors:
@@ -185,7 +193,7 @@ async def test_every_room_door_refuses_every_attack_as_its_row_promises(
         attacks = matrix.run_door(d, cells, side.attack)
         if d.kind.streams and d.right.of_participants and d.name != "other topics":
             # the other room's turn, while a stream door is attacked
-            _, steps = await asyncio.gather(attacks, ask(bob, bob.conversation_id, spec.user))
+            _, (_, steps) = await asyncio.gather(attacks, ask(bob, bob.conversation_id, spec.user))
             bob_steps.append(steps)
         else:
             await attacks
