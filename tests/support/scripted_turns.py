@@ -34,7 +34,7 @@ PAUSE_S = 0.4
 """Seconds of silence at the end of the audio before a prediction is answered (livekit-agents
 asks 0.2 s into a silence, and waits up to 1 s for the answer)."""
 TURN_PAUSE_S = 1.5
-"""Seconds of silence that make a pause of the question (the test pauses 8 s): longer than
+"""Seconds of silence that make a pause of the question (the test pauses 10.5 s): longer than
 any gap between words, even from a sender starved on a loaded machine."""
 LOUD = 300.0
 """RMS of a 16-bit frame above which it is speech (espeak-ng's: thousands; the tests' pad

@@ -1,11 +1,13 @@
 """What the voice tests share: the session settings an app attaches the bridge with, a
 room joined as an agent participant, a listener that speaks to the agent, and a module's
-voice worker started once (:class:`OneWorker`).
+voice worker started once (:class:`OneWorker`), and a worker log's turn-taking in short
+lines (:func:`turn_timeline`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from livekit import rtc
@@ -86,3 +88,50 @@ class OneWorker:
         stack, self._stack, self._worker, self.key = self._stack, None, None, None
         if stack is not None:
             await stack.aclose()
+
+
+_TURN_EVENTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "recognized live": ("recognized", ("audio_s", "after_end_s")),
+    "received user transcript": ("transcript", ("lk.pii.user_transcript", "transcript_delay")),
+    "eot prediction": ("verdict", ("probability", "endpointing_delay", "trigger", "from_cache")),
+    "eot prediction timed out, committing without a prediction": ("verdict timed out", ()),
+    "user turn committed": ("committed", ("source", "delay_completed")),
+    "VAD inference is slower than realtime": ("VAD late", ("delay",)),
+}
+"""livekit-agents' and the recognizer's log records that say how a user turn ended: a short
+name for each, and its fields worth reading."""
+
+
+def turn_timeline(log: str) -> str:
+    """What a voice worker's ``log`` says of its user turns, on one line (each record's
+    time, short name and telling fields, `` | `` between them): the cause of a turn-taking
+    failure, where the whole log (thousands of lines) is cut in the failure's report."""
+    said: list[str] = []
+    for line in log.splitlines():
+        if not line.startswith("{") or not any(f'"{m}"' in line for m in _TURN_EVENTS):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        event = _TURN_EVENTS.get(record.get("message", ""))
+        if event is None:
+            continue
+        name, fields = event
+        values = [
+            f"{f.rsplit('_', 1)[-1] if '.' in f else f}={_short(record[f])}"
+            for f in fields
+            if f in record
+        ]
+        said.append(" ".join([str(record.get("timestamp", ""))[14:21], name, *values]))
+    return " | ".join(said)
+
+
+def _short(value: object) -> str:
+    return (
+        f"{value:.2f}"
+        if isinstance(value, float)
+        else repr(value)
+        if isinstance(value, str)
+        else str(value)
+    )
