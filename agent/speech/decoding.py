@@ -86,20 +86,22 @@ def _padded(part: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.clip(noisy, -32768, 32767).astype(np.int16)
 
 
-def decode_16k(audio: np.ndarray, *, decoder: Decoder | None = None) -> str:
-    """What pocketsphinx hears in mono int16 ``audio`` at 16 kHz (blocking); ``decoder``
-    (one with nothing heard) saves loading the model now (0.3 to 0.6 CPU-s)."""
+def decode_16k(audio: np.ndarray) -> str:
+    """What pocketsphinx hears in mono int16 ``audio`` at 16 kHz (blocking), with a kept
+    decoder (:class:`_Decoders`: loading one costs 0.3 to 0.6 CPU-s)."""
     rng = np.random.default_rng(0)
     words: list[str] = []
-    if decoder is None:
-        decoder = new_decoder()
-    for part in _parts(audio):
-        decoder.start_utt()
-        decoder.process_raw(_padded(part, rng).tobytes(), full_utt=True)
-        decoder.end_utt()
-        hyp = decoder.hyp()
-        if hyp is not None and hyp.hypstr:
-            words.append(hyp.hypstr)
+    decoder = _DECODERS.take()
+    try:
+        for part in _parts(audio):
+            decoder.start_utt()
+            decoder.process_raw(_padded(part, rng).tobytes(), full_utt=True)
+            decoder.end_utt()
+            hyp = decoder.hyp()
+            if hyp is not None and hyp.hypstr:
+                words.append(hyp.hypstr)
+    finally:
+        _DECODERS.give(decoder)
     return " ".join(words)
 
 
@@ -161,11 +163,7 @@ def _outlive_not(parent: int) -> None:
 
 def recognize_16k(pcm: bytes) -> str:
     """In the recognizer process: what pocketsphinx hears in 16 kHz 16-bit mono ``pcm``."""
-    decoder = _DECODERS.take()
-    try:
-        return decode_16k(np.frombuffer(pcm, dtype=np.int16), decoder=decoder)
-    finally:
-        _DECODERS.give(decoder)
+    return decode_16k(np.frombuffer(pcm, dtype=np.int16))
 
 
 _STREAMS: Final[dict[str, tuple[Decoder, np.random.Generator]]] = {}
