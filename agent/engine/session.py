@@ -146,7 +146,7 @@ class ProtocolSession:
         """Turns being served, oldest first."""
         self._ids: OrderedDict[str, None] = OrderedDict()
         """Message ids of this conversation (user messages, answers), to refuse reuse."""
-        self._cut_away = CutWhileAway()  # told when they resume
+        self._cut_away = CutWhileAway()  # named to who left (see .away)
         self.summary_slots = asyncio.Semaphore(options.summary_concurrency)
         self.late_summaries = 0  # model summaries dropped because the answer had started
         self.refused: Counter[str] = Counter()
@@ -189,7 +189,7 @@ class ProtocolSession:
             self.restored.set()
             async for item in self._transport:
                 if isinstance(item, Left | Regranted):
-                    self._on_roster(item)
+                    await self._on_roster(item)
                     continue
                 try:
                     if isinstance(item, Typed):
@@ -278,9 +278,9 @@ class ProtocolSession:
         self.remember(transcript_id)
         return transcript_id
 
-    def _on_roster(self, item: Left | Regranted) -> None:
+    async def _on_roster(self, item: Left | Regranted) -> None:
         if isinstance(item, Left):
-            self.forget(item.identity)
+            await self.forget(item.identity)
         elif p := self.participants.get(item.identity):  # held from the next envelope
             p.peer = item.peer
 
@@ -503,7 +503,6 @@ class ProtocolSession:
             await out.emit(reply, [p.identity], None)
             for data in replay:
                 await out.transmit(data, [p.identity], "replay")
-            await self._cut_away.tell(p.identity, self.id, out.emit)  # see .away
             p.answered_at = time.monotonic()
         logger.info(
             "resumed", extra={"participant": p.identity, "seen": seen, "replayed": len(replay)}
@@ -556,18 +555,21 @@ class ProtocolSession:
         )
         await self.outbox.send(ack, [p.identity])
 
-    def forget(self, identity: str) -> None:
-        """``identity`` left: its running turns stop, its waiting ones are dropped."""
+    async def forget(self, identity: str) -> None:
+        """``identity`` left: its running turns stop, its waiting ones are dropped, and it is
+        sent a 503 for each turn stopped (replayed if it resumes, see .away)."""
         p = self.participants.pop(identity, None)
         if p is None:
             return
         if p.edit_timer is not None:
             p.edit_timer.cancel()
-        self._cut_away.note(identity, self.turns)  # those still running: told if it resumes
+        cut = self._cut_away.note(identity, self.turns)
         for turn in [t for t in self.turns if t.request.requester == identity]:
             turn.stop()  # its source closes the answer for the others, then ends
         if self._source is not None:
             self._source.forget(identity)
+        for user_id in cut:
+            await self.outbox.send(self._cut_away.error(self.id, user_id), [identity])
 
     # -- lookups --------------------------------------------------------------------
 

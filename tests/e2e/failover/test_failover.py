@@ -383,3 +383,52 @@ async def test_a_forged_agent_identity_is_never_trusted_and_the_room_gets_an_age
         lines = worker.text().splitlines()
         left = [json.loads(line) for line in lines if '"room disconnected"' in line]
         assert {"room": room, "reason": "DUPLICATE_IDENTITY"}.items() <= left[0].items(), left
+
+
+async def test_an_asker_that_left_mid_turn_hears_of_its_cut_turn_from_the_next_agent(
+    livekit: LiveKitServer,
+    postgres_server: PostgresServer,
+    llm: RecordedLLM,
+    watch_port: int,
+    tmp_path: Path,
+) -> None:
+    """The asker leaves while its turn runs (its link lost, as a node's death makes it), the
+    turn stops, and its agent dies before the asker is back. The agent that takes the room
+    over names the cut turn to the asker as it resumes (a recoverable 503), from what the
+    first one logged as the asker left. (It was told only by the agent that saw it leave:
+    a node's death that took both, the asker waited for its turn for ever.)"""
+    url = await new_database("postgres", postgres_server, tmp_path, "away")
+    env = worker_env(url, **LEASE)
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(running_watcher(livekit, url, port=watch_port, env=LEASE))
+        first = await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
+        left = contextlib.AsyncExitStack()
+        [(room, client, user_id)] = await rooms_mid_turn(livekit, llm, left, 1, STREAM, pace=0.25)
+        seen, old_agent = client.highest, client.agent
+        await left.aclose()  # the asker's link is gone
+        async with asyncio.timeout(30):  # the first agent logged the 503 for it
+            while not [s for s in await logged_for(url, room, "user0", "full") if s > seen]:
+                await asyncio.sleep(0.2)
+        await stack.enter_async_context(running_worker(livekit, llm.base_url, env=env))
+        kill(first)
+        back = await stack.enter_async_context(following_client(livekit, room, "user0"))
+        async with asyncio.timeout(60):  # the next agent (the dead one lingers a while)
+            while back.agent in ("", old_agent):
+                await asyncio.sleep(0.1)
+        # Its resume, repeated as the clients do until answered (the first packets to a
+        # new agent can be lost before its link is up).
+        body = Configuration(
+            conversation_id=room,
+            last_sequence_seen=seen,
+            features=["reasoning_step_display", "streaming"],
+        )
+        data = encode(envelope(body, stanza_id=back.counter.next(), conversation_id=room))
+        async with asyncio.timeout(30):
+            while not [b for b in back.of(ErrorMessage) if b.originating_id == user_id]:
+                await back.room.local_participant.publish_data(
+                    data, reliable=True, destination_identities=[back.agent], topic=DATA_TOPIC
+                )
+                with contextlib.suppress(TimeoutError):
+                    await back.wait_for(ErrorMessage, within=1.0, originating_id=user_id)
+    errors = [b for b in back.of(ErrorMessage) if b.originating_id == user_id]
+    assert [(e.code, e.recoverable) for e in errors] == [(503, True)]
