@@ -6,7 +6,8 @@ Run: ``.venv/bin/python bench/overload.py`` (about 2 minutes; ``--workers W``,
 at about 50 tokens/s per room (``vllm_reasoning``, one SSE chunk per token), the watcher and
 ``W`` workers (``python -m alicia.agent start`` with ``ALICIA_FAILOVER=true``,
 ``ALICIA_MAX_ROOMS=M``: the worker's load is rooms / M and it reports itself full at M, the
-default threshold; thread executor; the default heartbeat, 0.25 s, timeout 1.5 s).
+default threshold; thread executor; the default heartbeat, 0.25 s, timeout 1.5 s, or
+``--lease-timeout``).
 
 1. **Served**: ``W x M`` rooms, one client each, get their agents; each client asks one
    question after another (the next once the answer ended) for ``S`` seconds.
@@ -115,7 +116,9 @@ def delays_ms(
     return [(t - usual[i]) * 1000 for i, t in offsets if i in usual]
 
 
-async def bench(workers: int, max_rooms: int, extra: int, seconds: float) -> None:
+async def bench(
+    workers: int, max_rooms: int, extra: int, seconds: float, lease_timeout: float
+) -> None:
     """Both phases; the figures and the RESULT line."""
     port = free_port()
     capacity = workers * max_rooms
@@ -136,10 +139,13 @@ async def bench(workers: int, max_rooms: int, extra: int, seconds: float) -> Non
             "ALICIA_AGENT_NAME": "alicia",
             "ALICIA_JOB_EXECUTOR": "thread",
             "ALICIA_MAX_ROOMS": str(max_rooms),
+            "ALICIA_HEARTBEAT_TIMEOUT": f"{lease_timeout:g}",
         }
         async with contextlib.AsyncExitStack() as stack:
             llm = await stack.enter_async_context(llm_process(0.02, STREAM))
-            watcher = await stack.enter_async_context(running_watcher(livekit, url, port=port))
+            lease = {"ALICIA_HEARTBEAT_TIMEOUT": f"{lease_timeout:g}"}
+            watching = running_watcher(livekit, url, port=port, env=lease)
+            watcher = await stack.enter_async_context(watching)
             procs = [
                 await stack.enter_async_context(running_worker(livekit, llm, env=env))
                 for _ in range(workers)
@@ -219,8 +225,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-rooms", type=int, default=8, help="rooms per worker (default 8)")
     parser.add_argument("--extra", type=int, default=8, help="rooms offered beyond (default 8)")
     parser.add_argument("--seconds", type=float, default=30.0, help="talk per phase (default 30)")
+    parser.add_argument(
+        "--lease-timeout",
+        type=float,
+        default=1.5,
+        help="ALICIA_HEARTBEAT_TIMEOUT of the workers and the watcher (default 1.5, theirs)",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(bench(args.workers, args.max_rooms, args.extra, args.seconds))
+    asyncio.run(bench(args.workers, args.max_rooms, args.extra, args.seconds, args.lease_timeout))
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ async def test_two_questions_unheard_go_again_in_order_and_each_refusal_is_noise
     refusals = [e.body for e in agent.sent if isinstance(e.body, ErrorMessage)]
     assert sorted(r.code for r in refusals) == [204, 204], refusals
     assert {r.originating_id for r in refusals} == {t.user_message_id for t in turns}
-    assert all(t.answer == ANSWER and t.error is None for t in turns)
+    said = [(t.answer, t.error) for t in turns]
+    assert all(t.answer == ANSWER and t.error is None for t in turns), (said, agent.sent)
     assert not [e for e in events if type(e).__name__ == "ErrorReceived"]
     copies = _questions(agent)
     stanzas = [stanza for stanza, _ in copies]

@@ -54,8 +54,13 @@ TINY: Final = [
         ),
     ),
     (
+        # The lease timeout of the failover tests (LEASE): in the suite, niced beside the
+        # rest, a worker's renewal on the default 1.5 s went 1.8 s unrenewed for want of CPU,
+        # not from overload (fK: moved=1). What the smoke promises holds on it: refused at
+        # the limit, nothing moved off a live worker; the default's figures are the
+        # benchmark's own run.
         "bench/overload.py",
-        ["--max-rooms", "1", "--extra", "2", "--seconds", "4"],
+        ["--max-rooms", "1", "--extra", "2", "--seconds", "4", "--lease-timeout", "8"],
         (
             "offered",
             "served",
