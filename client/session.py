@@ -389,8 +389,12 @@ class ClientSession(AgentFollowing):
                     if repeat.verbatim(self._counter.last):
                         await self._publish(repeat.envelope)
                     else:
-                        env = await self._send(repeat.envelope.body)
+                        env = self._numbered(repeat.envelope.body)
+                        # noted before it goes: the agent's refusal (204, noise) can come
+                        # back while the send is still being confirmed (fK, fM: a turn
+                        # ended on it as an error)
                         self._questions.sent(repeat.message_id, env)
+                        await self._publish(env)
                 except Exception:  # the room went away: aclose() or the turn's timeout says
                     logger.debug("repeating a question failed", exc_info=True)
                     return
@@ -400,12 +404,16 @@ class ClientSession(AgentFollowing):
         return turn is None or turn.heard
 
     async def _send(self, body: Any) -> Envelope[Any]:
+        env = self._numbered(body)
+        await self._publish(env)
+        return env
+
+    def _numbered(self, body: Any) -> Envelope[Any]:
         env = envelope(
             body, stanza_id=self._counter.next(), conversation_id=self.conversation_id or ""
         )
         for listener in self._envelope_listeners:
             listener(env)
-        await self._publish(env)
         return env
 
     async def _publish(self, env: Envelope[Any]) -> None:

@@ -9,14 +9,16 @@ again under a new stanzaId (ErrorMessage 204), which the client takes as "it has
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from alicia.client import ClientSession, mint_token
 from alicia.harness import LiveKitServer
-from alicia.protocol import ErrorMessage, UserMessage, new_id
+from alicia.protocol import Envelope, ErrorMessage, UserMessage, new_id
 from tests.support.scripted_agent import Script, ScriptedAgent, scripted_agent
 from tests.support.trust import ANSWER, from_clients
 
@@ -110,3 +112,26 @@ async def test_two_questions_unheard_go_again_in_order_and_each_refusal_is_noise
     copies = _questions(agent)
     stanzas = [stanza for stanza, _ in copies]
     assert len(copies) == 4 and stanzas == sorted(stanzas), copies  # two each, no more
+
+
+async def test_a_refusal_back_before_the_repeat_s_send_is_confirmed_is_still_noise(
+    livekit_server: LiveKitServer,
+) -> None:
+    """A loaded client: its repeat's send is confirmed only after the agent's refusal (204)
+    has come back (fK, fM: that turn ended with the 204 as its error). The repeat is noted
+    before it goes, so the refusal is noise and the turn ends with its answer."""
+    async with ready(livekit_server, Script(think_s=2.5)) as (session, agent):
+        publish = session._publish
+
+        async def slow(env: Envelope[Any]) -> None:
+            await publish(env)
+            if isinstance(env.body, UserMessage):
+                await asyncio.sleep(0.5)  # the confirmation waits: the refusal comes first
+
+        session._publish = slow  # type: ignore[method-assign]
+        first = await session.ask("6 x 7?")
+        second = await session.ask("7 x 6?")
+        turns = [await session.wait_turn(t, timeout=20) for t in (first, second)]
+    refusals = [e.body for e in agent.sent if isinstance(e.body, ErrorMessage)]
+    assert [r.code for r in refusals] and {r.code for r in refusals} == {204}, refusals
+    assert [(t.answer, t.error) for t in turns] == [(ANSWER, None)] * 2
