@@ -92,16 +92,14 @@ def decode_16k(audio: np.ndarray) -> str:
     rng = np.random.default_rng(0)
     words: list[str] = []
     decoder = _DECODERS.take()
-    try:
-        for part in _parts(audio):
-            decoder.start_utt()
-            decoder.process_raw(_padded(part, rng).tobytes(), full_utt=True)
-            decoder.end_utt()
-            hyp = decoder.hyp()
-            if hyp is not None and hyp.hypstr:
-                words.append(hyp.hypstr)
-    finally:
-        _DECODERS.give(decoder)
+    for part in _parts(audio):
+        decoder.start_utt()
+        decoder.process_raw(_padded(part, rng).tobytes(), full_utt=True)
+        decoder.end_utt()
+        hyp = decoder.hyp()
+        if hyp is not None and hyp.hypstr:
+            words.append(hyp.hypstr)
+    _DECODERS.give(decoder)  # not one that failed mid-utterance: it is dropped
     return " ".join(words)
 
 
