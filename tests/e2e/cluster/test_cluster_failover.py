@@ -12,9 +12,7 @@ the balancer, as a deployment would.
   half a second after the worker and started again a second later: the dispatch decided
   in the database, each room still gets exactly one new agent.
 
-A node that dies (``kill -9`` of a livekit-server) is not tested yet: the scenario (in
-git history, commit 25fc7e6, ``tests/e2e/cluster/test_node_death.py``) showed what the README
-says under "Across livekit-server nodes".
+A node that dies (``kill -9`` of a livekit-server): ``test_node_death.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """A livekit-server node that dies (``kill -9``) with rooms mid-turn, on a 2-node cluster.
 
 The module's cluster (two nodes, one Redis, haproxy in front, webhooks from both nodes to
-the watcher), Postgres, the watcher and two failover workers, all reaching LiveKit through
-the balancer, as a deployment would. Four rooms mid-turn; the node hosting most of them
-(Redis's ``room_node_map``) is killed. Its rooms are gone from LiveKit. LiveKit's SDK
+both watchers), Postgres, two watchers and two failover workers, all reaching LiveKit
+through the balancer, as a deployment would. Four rooms mid-turn; the node hosting most of
+them (Redis's ``room_node_map``) is killed, and half a second later one of the watchers
+(``kill -9``, started again a second later). The node's rooms are gone from LiveKit. LiveKit's SDK
 brings every participant back through the balancer to the node that is left, where the
 room starts again; the agent serves it again (the same one: its process lives, with its
 lease), and every client resumes from what it had when its link or the agent was lost
@@ -70,14 +71,19 @@ async def test_a_node_that_dies_leaves_no_room_without_its_conversation(
     postgres_server: PostgresServer,
     llm: RecordedLLM,
     watch_port: int,
+    second_watch_port: int,
     tmp_path: Path,
 ) -> None:
     url = await new_database("postgres", postgres_server, tmp_path, "nodes")
     env = worker_env(url, **LEASE)
     spec = llm.spec(STREAM)
     async with contextlib.AsyncExitStack() as stack:
-        watching = running_watcher(cluster, url, port=watch_port, env=LEASE)  # type: ignore[arg-type]
-        watcher = await stack.enter_async_context(watching)
+        watchers = [
+            await stack.enter_async_context(
+                running_watcher(cluster, url, port=port, env=LEASE)  # type: ignore[arg-type]
+            )
+            for port in (watch_port, second_watch_port)
+        ]
         workers = [
             await stack.enter_async_context(running_worker(cluster, llm.base_url, env=env))  # type: ignore[arg-type]
             for _ in range(2)
@@ -89,6 +95,14 @@ async def test_a_node_that_dies_leaves_no_room_without_its_conversation(
         lost = [(room, c, u) for room, c, u in rooms if placed[room] == victim]
         killed_at = time.monotonic()
         cluster.nodes[victim].kill()
+        # One watcher dies too, and comes back while the rooms start again on the other
+        # node (its webhooks go to both): the rooms' fate is decided in the database.
+        await asyncio.sleep(0.5)
+        watchers[0].kill()
+        await asyncio.sleep(1.0)
+        watchers[0] = await stack.enter_async_context(
+            running_watcher(cluster, url, port=watch_port, env=LEASE)  # type: ignore[arg-type]
+        )
         try:
             for _, client, user_id in rooms:
                 await client.wait_turn_end(user_id, within=90)
@@ -101,7 +115,8 @@ async def test_a_node_that_dies_leaves_no_room_without_its_conversation(
                 f"{room} (node {placed[room]}): {_since(c, killed_at)}" for room, c, _ in rooms
             )
             notable = "\n".join(w.notable() for w in workers)
-            raise AssertionError(f"{exc!r}\n{state}\n{watcher.log()}\n{notable}") from exc
+            logs = "\n".join(w.log() for w in watchers)
+            raise AssertionError(f"{exc!r}\n{state}\n{logs}\n{notable}") from exc
         back = []
         for room, client, user_id in lost:
             assert cluster.node_of(room) not in (None, victim)  # started again on the other
