@@ -77,6 +77,9 @@ class Settings:
     storage_close_timeout_s: float = 10.0
     """``ALICIA_STORAGE_CLOSE_TIMEOUT`` (default 10): seconds a closing room tries to write
     its queue to an unreachable database; then the rest is spilled (replayed by the next)."""
+    db_pool_size: int = 5
+    """``ALICIA_DB_POOL_SIZE`` (default 5): PostgreSQL connections at most, shared by the
+    rooms of one event loop (a thread-executor worker's text rooms)."""
     reasoning_visibility: Literal["full", "summary", "encrypted", "none"] = "none"
     """``ALICIA_REASONING_VISIBILITY`` (default ``none``): the reasoning of a participant
     whose token grants none (``alicia.reasoning``). ``full``: plaintext steps; ``summary``:
@@ -213,8 +216,7 @@ class Settings:
     dead; its room is given to another agent (and the old one, if it was only slow,
     leaves the room when it sees its lease gone)."""
     drain_turn_timeout_s: float = 30.0
-    """``ALICIA_DRAIN_TURN_TIMEOUT`` (default 30): on SIGTERM, seconds running turns get to
-    finish before the worker leaves its rooms (to the watcher)."""
+    """``ALICIA_DRAIN_TURN_TIMEOUT`` (default 30): seconds turns get to end on SIGTERM."""
     http_host: str = "127.0.0.1"
     """``ALICIA_HTTP_HOST`` (default 127.0.0.1): where the worker's health-check port and
     Prometheus ``/metrics`` listen (livekit-agents' default is every interface); ``0.0.0.0``
@@ -239,14 +241,11 @@ class Settings:
     """``ALICIA_RESUME_BURST`` (default 3): resume Configurations one participant may send
     in a burst; more are answered with ErrorMessage 504."""
     resume_rate_per_s: float = 0.1
-    """``ALICIA_RESUME_RATE`` (default 0.1): resume Configurations per second one
-    participant may send once its burst is spent."""
+    """``ALICIA_RESUME_RATE`` (default 0.1): one participant's resumes per second past its burst."""
     agui_host: str = "127.0.0.1"
-    """``ALICIA_AGUI_HOST`` (default ``127.0.0.1``): address ``python -m alicia.agent.agui``
-    listens on."""
+    """``ALICIA_AGUI_HOST`` (default ``127.0.0.1``): the AG-UI endpoint's address."""
     agui_port: int = 8090
-    """``ALICIA_AGUI_PORT`` (default 8090): port of ``python -m alicia.agent.agui`` (0 = any
-    free port)."""
+    """``ALICIA_AGUI_PORT`` (default 8090): the AG-UI endpoint's port (0 = any free one)."""
     agui_max_runs: int = 64
     """``ALICIA_AGUI_MAX_RUNS`` (default 64): AG-UI runs and room streams served at once by
     one process; more are answered with HTTP 503."""
@@ -355,6 +354,7 @@ class Settings:
             history_turns=r.integer("ALICIA_HISTORY_TURNS", 20, low=0),
             database_url=r.optional("DATABASE_URL"),
             storage_close_timeout_s=r.number("ALICIA_STORAGE_CLOSE_TIMEOUT", 10.0, low=0.0),
+            db_pool_size=r.integer("ALICIA_DB_POOL_SIZE", 5, low=1),
             reasoning_visibility=_visibility(r.optional("ALICIA_REASONING_VISIBILITY")),
             reasoning_keys=_keys(r.optional("ALICIA_REASONING_KEYS")),
             zdr=r.flag("ALICIA_ZDR", False),

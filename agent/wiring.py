@@ -44,10 +44,12 @@ async def open_sink(
     close_timeout_s: float = 10.0,
     linger_s: float | None = None,
     fence: Fence | None = None,
+    pool_size: int | None = None,
 ) -> StepSink:
     """The storage sink for ``url`` (None: persistence off); ``linger_s``: how long a
     batch waits to fill (0 for failover, where every envelope is stored before it leaves);
-    ``fence``: failover, every write conditional on the room's lease epoch."""
+    ``fence``: failover, every write conditional on the room's lease epoch; ``pool_size``:
+    connections at most, shared with the other sinks on this loop (``ALICIA_DB_POOL_SIZE``)."""
     if not url:
         return NullSink()
     # SQLAlchemy only when storing.
@@ -57,6 +59,8 @@ async def open_sink(
     options = WriterOptions(close_timeout_s=close_timeout_s, fence=fence)
     if linger_s is not None:
         options = dataclasses.replace(options, linger_s=linger_s)
+    if pool_size is not None:
+        options = dataclasses.replace(options, pool_size=pool_size)
     return await open_storage(url, options)
 
 

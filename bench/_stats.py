@@ -15,6 +15,7 @@ __all__ = [
     "percentile",
     "rss_bytes",
     "slope",
+    "tree_cpu_seconds",
 ]
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -44,6 +45,33 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
     return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime (fields 14, 15)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` (with the children it reaped) and of its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        p = int(entry)
+        parents[p] = int(fields[1])
+        times[p] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+    total = 0.0
+    for p, t in times.items():
+        q = p
+        while q > 1:
+            if q == pid:
+                total += t
+                break
+            q = parents.get(q, 0)
+    return total
 
 
 def rss_bytes(pid: int) -> int:

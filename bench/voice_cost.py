@@ -38,35 +38,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._stats import tree_cpu_seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 THIS = Path(__file__).resolve()
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` (with the children it reaped) and of its live descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        p = int(entry)
-        parents[p] = int(fields[1])
-        times[p] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    total = 0.0
-    for p, t in times.items():
-        q = p
-        while q > 1:
-            if q == pid:
-                total += t
-                break
-            q = parents.get(q, 0)
-    return total
 
 
 # -- the agent side (a process per room) ---------------------------------------------------
@@ -112,10 +87,10 @@ async def serve(variant: str, room_name: str) -> None:
         )
         await session.start(Agent(instructions=settings.system_prompt), room=room)
         closers.append(session.aclose)
-    start_cpu, start = tree_cpu_s(os.getpid()), time.monotonic()
+    start_cpu, start = tree_cpu_seconds(os.getpid()), time.monotonic()
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    cpu, seconds = tree_cpu_s(os.getpid()) - start_cpu, time.monotonic() - start
+    cpu, seconds = tree_cpu_seconds(os.getpid()) - start_cpu, time.monotonic() - start
     print(f"cost cpu_s={cpu:.3f} room_s={seconds:.3f}", flush=True)
     for close in closers:
         with contextlib.suppress(Exception):

@@ -58,6 +58,11 @@ class PostgresServer:
             raise RuntimeError("PostgresServer not started")
         return Path(self._dir) / "data"
 
+    @property
+    def pid(self) -> int:
+        """The postmaster's process id (its backends are its children), while it runs."""
+        return int((self.datadir / "postmaster.pid").read_text().split()[0])
+
     def url(self, driver: str = "postgresql+asyncpg") -> str:
         """SQLAlchemy URL, e.g. ``postgresql+asyncpg://alicia@127.0.0.1:5432/alicia``."""
         return f"{driver}://{self.user}@127.0.0.1:{self.port}/{self.database}"

@@ -35,6 +35,13 @@ class ServedProcess:
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self.log_path = Path(tempfile.gettempdir()) / f"alicia-{self.name}-not-started.log"
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (started)."""
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} not started")
+        return self._proc.pid
+
     def command(self, folder: Path) -> list[str]:
         """The command line, its files written into ``folder`` (its working directory)."""
         raise NotImplementedError

@@ -113,7 +113,9 @@ class AguiService:
     async def lifespan(self) -> AsyncIterator[None]:
         """Open storage, keys and the model client; on exit stop every run and close them."""
         s = self.settings
-        sink = await open_sink(s.database_url, close_timeout_s=s.storage_close_timeout_s)
+        sink = await open_sink(
+            s.database_url, close_timeout_s=s.storage_close_timeout_s, pool_size=s.db_pool_size
+        )
         keys = open_keys(s)
         llm = open_llm(s)
         tools = default_tools() if s.tools_enabled else None

@@ -312,6 +312,7 @@ async def _serve(room: rtc.Room, settings: Settings, *, lease_required: bool = F
         close_timeout_s=settings.storage_close_timeout_s,
         linger_s=0.0 if settings.failover else None,
         fence=None if hold is None else hold.fence,
+        pool_size=settings.db_pool_size,
     )
     keys = open_keys(settings)
     llm = open_llm(settings)

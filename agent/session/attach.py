@@ -68,6 +68,7 @@ async def attach_reasoning(
         close_timeout_s=settings.storage_close_timeout_s,
         linger_s=None if lease is None else 0.0,
         fence=None if lease is None else lease.fence,
+        pool_size=settings.db_pool_size,
     )
     bridge = ReasoningBridge(
         agent_session,

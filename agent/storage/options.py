@@ -52,8 +52,10 @@ class WriterOptions:
     """PostgreSQL: batches with at least this many steps use COPY, smaller ones unnest."""
     migrate: bool = True
     """Run ``alembic upgrade head`` on the first successful connection."""
-    pool_size: int = 3
-    """Connections kept by the engine (writer, step-index queries, spare)."""
+    pool_size: int = 5
+    """PostgreSQL: connections at most, opened when needed, shared by the writers of one
+    event loop on the same database (a thread-executor worker's text rooms: one pool for
+    them all; ``ALICIA_DB_POOL_SIZE``). SQLite: the writer's own engine's pool."""
     step_chains: int = 100_000
     """Chains whose last submitted step index is remembered (for seeding)."""
     fence: Fence | None = None

@@ -66,7 +66,7 @@ from alicia.protocol import (
 
 from .batch import write_batch
 from .dialect import Dialect, StepConflictError
-from .engine import IDLE_TXN_TIMEOUT_S, create_engine, is_postgres
+from .engine import IDLE_TXN_TIMEOUT_S, is_postgres, release_engine, shared_engine
 from .errors import (
     StorageError,
     StorageRejectedError,
@@ -160,10 +160,9 @@ class StorageWriter:
                 "adopted spilled records",
                 extra={"segments": len(adopted), "spill_dir": str(self._spill.root)},
             )
-        self._engine = create_engine(
+        self._engine = shared_engine(
             self.url,
             pool_size=self.options.pool_size,
-            pre_ping=False,
             # Only a fenced writer's transaction holds a lock a takeover waits on.
             idle_txn_timeout_s=IDLE_TXN_TIMEOUT_S if self.options.fence else None,
         )
@@ -224,7 +223,7 @@ class StorageWriter:
         finally:
             self._spill.close()
             if self._engine is not None:
-                await self._engine.dispose()
+                await release_engine(self._engine)
             self._state = _State.CLOSED
             for _, future in self._durable:
                 if not future.done():

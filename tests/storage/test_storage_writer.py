@@ -9,6 +9,8 @@ figures: ``test_storage_figures.py``.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -398,3 +400,32 @@ def test_writer_options_are_checked() -> None:
         WriterOptions(retry_initial_s=2.0, retry_max_s=1.0)
     with pytest.raises(ValueError, match="negative"):
         WriterOptions(linger_s=-1)
+
+
+async def test_the_writers_of_one_loop_share_one_pool_of_connections(
+    url: str, options: WriterOptions
+) -> None:
+    """Twelve writers (a thread-executor worker's rooms) on one loop and one PostgreSQL
+    database hold at most ``pool_size`` connections between them, not one each (100 rooms
+    were Postgres's default ``max_connections``); the last one closed closes them."""
+    if not url.startswith("postgresql"):
+        pytest.skip("SQLite: a writer's own engine")
+    count = "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database()"
+    opts = dataclasses.replace(options, pool_size=2)
+    writers = [await StorageWriter(url, opts).start() for _ in range(12)]
+    try:
+        for i, w in enumerate(writers):
+            c = Conv(f"conv_pool_test_{i:09d}")
+            w.submit(c.client(UserMessage(id=f"msg_pool_{i}", conversation_id=c.cid, content="hi")))
+        await asyncio.gather(*(w.flush(timeout=30) for w in writers))
+        held = (await fetch(url, count))[0]["n"] - 1  # not the counting connection
+        assert 1 <= held <= 2, held
+        stored = await fetch(url, "SELECT count(*) AS n FROM alicia_messages")
+        assert stored[0]["n"] == 12
+        for w in writers[:-1]:
+            await w.aclose()
+        assert (await fetch(url, count))[0]["n"] - 1 == held  # still the last one's
+    finally:
+        for w in writers:
+            await w.aclose()
+    assert (await fetch(url, count))[0]["n"] - 1 == 0
