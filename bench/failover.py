@@ -24,6 +24,10 @@ re-dispatch must never wait on the stopped worker), then SIGCONT; the figures ar
 new agent's first; ``stale_rows``: logged envelopes (``alicia_sent_log``) whose bytes are
 not what the client got for that stanza (an old agent's write that landed).
 
+``--nodes 2``: a livekit-server cluster (``harness/cluster.py``: the nodes share one
+Redis, haproxy in front, every node's webhooks to the watcher); the workers, the watcher
+and the clients reach it through the balancer, as a deployment does.
+
 ``--voice``: voice rooms (``ALICIA_VOICE=offline``: an AgentSession with the reasoning
 bridge, espeak-ng speaking), each cut while its agent speaks the answer (its StartAnswer
 received), as issue 48 asks: a new agent within 5 s.
@@ -54,6 +58,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from alicia.harness import LiveKitServer, PostgresServer
+from alicia.harness.cluster import LiveKitCluster
 from alicia.harness.ports import free_port, port_open
 from alicia.harness.recorded_llm import load_manifest
 from alicia.protocol import ReasoningStep, StartAnswer, decode
@@ -90,13 +95,19 @@ async def llm_process(chunk_delay: float, stream: str = STREAM) -> AsyncIterator
         await proc.wait()
 
 
-async def bench(rooms: int, stall_s: float | None = None, *, voice: bool = False) -> None:
+async def bench(
+    rooms: int, stall_s: float | None = None, *, voice: bool = False, nodes: int = 1
+) -> None:
     """One takeover of ``rooms`` rooms (``stall_s``: SIGSTOP for that long, not kill -9;
-    ``voice``: voice rooms, cut while the answer is spoken); print the figures and the
-    RESULT line."""
+    ``voice``: voice rooms, cut while the answer is spoken; ``nodes``: a cluster of that
+    many livekit-server nodes); print the figures and the RESULT line."""
     port = free_port()
+    hooks = [f"http://127.0.0.1:{port}/webhook"]
+    server: LiveKitServer | LiveKitCluster = (
+        LiveKitCluster(nodes, webhooks=hooks) if nodes > 1 else LiveKitServer(webhooks=hooks)
+    )
     with (
-        LiveKitServer(webhooks=[f"http://127.0.0.1:{port}/webhook"]) as livekit,
+        server as livekit,
         PostgresServer() as postgres,
         tempfile.TemporaryDirectory() as tmp,
     ):
@@ -198,14 +209,16 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--stall-s", type=float, default=14.0, help="seconds it stays stopped")
     parser.add_argument("--voice", action="store_true", help="voice rooms, cut mid-speech")
+    parser.add_argument("--nodes", type=int, default=1, help="livekit-server nodes (default 1)")
     args = parser.parse_args(argv)
     fault = f"SIGSTOP for {args.stall_s:g} s" if args.stall else "kill -9"
     kind = "voice rooms" if args.voice else "rooms"
     print(
         f"Python {sys.version.split()[0]} on {platform.machine()}, {os.cpu_count()} CPUs; "
-        f"{args.rooms} {kind}, {fault} of the worker holding them"
+        f"{args.rooms} {kind}, {fault} of the worker holding them; {args.nodes} node(s)"
     )
-    asyncio.run(bench(args.rooms, args.stall_s if args.stall else None, voice=args.voice))
+    stall = args.stall_s if args.stall else None
+    asyncio.run(bench(args.rooms, stall, voice=args.voice, nodes=args.nodes))
 
 
 if __name__ == "__main__":

@@ -127,8 +127,11 @@ async def test_a_sealed_remark_keeps_no_plaintext(url: str, options: WriterOptio
     for r in rows.values():
         assert (r["content"], r["sealed"], r["target_id"]) == (None, sealed, "msg_u1")
         assert r["spoken_at"] == AT
-    assert SPOKEN not in repr(await fetch(url, "SELECT * FROM alicia_remarks"))
-    assert "egg" not in repr(await fetch(url, "SELECT * FROM alicia_remarks"))
+    stored = await fetch(url, "SELECT * FROM alicia_remarks")
+    assert SPOKEN not in repr(stored)
+    # not a word of it outside the ciphertext (whose random base64 may hold any three
+    # letters: "egg" was in it once in a full run)
+    assert "egg" not in repr([{k: v for k, v in r.items() if k != "sealed"} for r in stored])
     opened = ReasoningSealer([(f"data:{CID}", data_key)]).open(
         rows["cm_z"]["sealed"], CID, knd="remark", ref="cm_z"
     )
