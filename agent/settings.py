@@ -193,10 +193,9 @@ class Settings:
     max_rooms: int | None = None
     """``ALICIA_MAX_ROOMS`` (default unset = load is the machine's CPU use, livekit-agents'
     own measure): the worker's capacity in rooms. Set, the worker reports its load to
-    livekit-server as rooms served / ``max_rooms`` and is full at ``max_rooms`` (unless
-    ``ALICIA_LOAD_THRESHOLD`` says otherwise). livekit-server offers a worker new rooms only
-    while that load is below its ``agents.target_load`` (0.7 by default), so it sends up to
-    0.7 x ``max_rooms`` unless the server's target load is raised. Useful when the worker
+    livekit-server as 0.7 x rooms served / ``max_rooms`` (0.7: the server's default
+    ``agents.target_load``, below which it sends rooms) and is full at ``max_rooms``
+    (unless ``ALICIA_LOAD_THRESHOLD`` says otherwise). Useful when the worker
     shares a machine whose CPU use says little about the worker's own. livekit-agents
     counts rooms accepted at once on an empty worker as threshold / idle job runners each,
     so a burst can find it full early; ``ALICIA_LOAD_THRESHOLD=inf`` avoids that."""

@@ -5,7 +5,7 @@ Run: ``.venv/bin/python bench/overload.py`` (about 2 minutes; ``--workers W``,
 (webhooks to the watcher), a throwaway Postgres, the recorded-stream LLM in its own process
 at about 50 tokens/s per room (``vllm_reasoning``, one SSE chunk per token), the watcher and
 ``W`` workers (``python -m alicia.agent start`` with ``ALICIA_FAILOVER=true``,
-``ALICIA_MAX_ROOMS=M``: the worker's load is rooms / M and it reports itself full at M, the
+``ALICIA_MAX_ROOMS=M``: the worker's load is 0.7 x rooms / M and it reports itself full at M, the
 default threshold; thread executor; the default heartbeat, 0.25 s, timeout 1.5 s, or
 ``--lease-timeout``).
 

@@ -93,9 +93,19 @@ def _serve_metrics(port: int, host: str) -> None:
     serve_metrics(port, host)
 
 
+TARGET_LOAD: Final = 0.7
+"""livekit-server's default ``agents.target_load``: it sends a room's job only while some
+worker's load is below it (a node claims a job with the sum of ``target_load - load`` over
+its available workers, and a claim of 0 is never taken), so a worker reporting rooms /
+``ALICIA_MAX_ROOMS`` got no room once every worker was past 70 % of its rooms (``bench/
+overload.py``: a room below the limit left without an agent). Also livekit-agents'
+default ``load_threshold`` and LiveKit Cloud's."""
+
+
 def _room_load(server: AgentServer, *, max_rooms: int) -> float:
-    """The worker's load as rooms served / ``max_rooms`` (``ALICIA_MAX_ROOMS``)."""
-    return len(server.active_jobs) / max_rooms
+    """The worker's load: :data:`TARGET_LOAD` x rooms served / ``max_rooms``
+    (``ALICIA_MAX_ROOMS``), so it reaches the server's target load at ``max_rooms``."""
+    return TARGET_LOAD * len(server.active_jobs) / max_rooms
 
 
 def _prewarm_offline_speech(proc: JobProcess) -> None:
@@ -183,7 +193,8 @@ def build_server(settings: Settings) -> AgentServer:
         server.load_fnc = functools.partial(_room_load, max_rooms=settings.max_rooms)
     threshold = settings.load_threshold
     if threshold is None and settings.max_rooms is not None:
-        threshold = 1.0  # full at max_rooms
+        # full at max_rooms: half a room below its load, not a float's rounding below
+        threshold = TARGET_LOAD * (settings.max_rooms - 0.5) / settings.max_rooms
     if threshold is not None:
         server.update_options(load_threshold=threshold)
     if settings.failover:

@@ -1,9 +1,10 @@
 """Many workers on one livekit-server: LiveKit's dispatch spreads rooms by reported load.
 
 Three real workers (``python -m alicia.agent start``, thread executor) register with one
-real livekit-server, each reporting its load as rooms served / ``ALICIA_MAX_ROOMS`` (3)
-and full at load 1. 9 rooms, opened one after another, must end up 3, 3 and 3: every
-room with an agent that answers, none on a full worker.
+real livekit-server, each with ``ALICIA_MAX_ROOMS`` 4 (its load 0.7 x rooms / 4, full at
+4 rooms). 12 rooms, opened one after another, must end up 4, 4 and 4: every room with an
+agent that answers, none on a full worker. (With a load of rooms / 4 the server sent none
+of the last three: each worker was at 0.75, past the server's ``agents.target_load``.)
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from tests.support.livekit_rooms import protocol_client
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 WORKERS = 3
-CAPACITY = 3
-ROOMS = 9
+CAPACITY = 4
+ROOMS = 12
 
 
 def rooms_of(worker: WorkerProcess) -> set[str]:
@@ -64,6 +65,6 @@ async def test_three_workers_share_the_rooms_as_their_load_says(
         for client in clients:
             await client.wait_for(AssistantSentence, within=60, is_final=True)
         served = [rooms_of(w) & set(rooms) for w in workers]
-    assert sorted(len(s) for s in served) == [3, 3, 3], Counter(len(s) for s in served)
+    assert sorted(len(s) for s in served) == [CAPACITY] * WORKERS, Counter(map(len, served))
     assert set().union(*served) == set(rooms)  # every room got an agent, exactly one
     assert sum(len(s) for s in served) == ROOMS

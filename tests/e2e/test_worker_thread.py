@@ -58,11 +58,15 @@ class FakeServer:
 
 
 @pytest.mark.parametrize(
-    ("jobs", "max_rooms", "load"), [(0, 40, 0.0), (1, 40, 0.025), (10, 40, 0.25), (4, 4, 1.0)]
+    ("jobs", "max_rooms", "share"), [(0, 40, 0.0), (1, 40, 0.025), (10, 40, 0.25), (4, 4, 1.0)]
 )
-def test_room_load_is_rooms_served_over_max_rooms(jobs: int, max_rooms: int, load: float) -> None:
+def test_room_load_is_the_server_s_target_at_max_rooms(
+    jobs: int, max_rooms: int, share: float
+) -> None:
+    """0.7 (livekit-server's default ``agents.target_load``) x rooms / ``max_rooms``."""
     server = FakeServer([object() for _ in range(jobs)])
-    assert worker_module._room_load(server, max_rooms=max_rooms) == load  # type: ignore[arg-type]
+    load = worker_module._room_load(server, max_rooms=max_rooms)  # type: ignore[arg-type]
+    assert load == pytest.approx(0.7 * share)
 
 
 def test_room_load_follows_the_active_jobs_as_they_change() -> None:
@@ -73,7 +77,7 @@ def test_room_load_follows_the_active_jobs_as_they_change() -> None:
         seen.append(worker_module._room_load(server, max_rooms=2))  # type: ignore[arg-type]
     server.active_jobs.clear()
     seen.append(worker_module._room_load(server, max_rooms=2))  # type: ignore[arg-type]
-    assert seen == [0.5, 1.0, 1.5, 0.0]
+    assert seen == pytest.approx([0.35, 0.7, 1.05, 0.0])
 
 
 BASE_ENV = {
@@ -104,8 +108,11 @@ def test_build_server_with_max_rooms_reports_rooms_as_load_and_is_full_at_max() 
     assert fnc.keywords == {"max_rooms": 8}
     # livekit-agents passes the server iff the load function takes a parameter.
     assert len(inspect.signature(fnc).parameters) >= 1
-    assert fnc(FakeServer([object()] * 2)) == 0.25
-    assert server._load_threshold == 1.0  # no public getter in livekit-agents 1.8
+    assert fnc(FakeServer([object()] * 2)) == pytest.approx(0.7 * 0.25)
+    threshold = server._load_threshold  # no public getter in livekit-agents 1.8
+    assert isinstance(threshold, float)
+    # full at 8 rooms, not at 7: whatever the floats' rounding
+    assert fnc(FakeServer([object()] * 7)) < threshold <= fnc(FakeServer([object()] * 8))
 
 
 @pytest.mark.usefixtures("quiet_build")

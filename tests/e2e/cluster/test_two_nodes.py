@@ -31,8 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 ROOMS = 4
 CAPACITY = 2
-"""Rooms a worker takes (``ALICIA_MAX_ROOMS``): livekit-server offers one while its load,
-rooms / capacity, is under 0.7, so two each."""
+"""Rooms a worker takes (``ALICIA_MAX_ROOMS``): it is full at two, so two each."""
 
 
 @contextlib.asynccontextmanager
