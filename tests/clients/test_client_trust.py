@@ -39,7 +39,16 @@ from alicia.protocol import (
 )
 from tests.support.client_cli import CLI
 from tests.support.scripted_agent import Script, ScriptedAgent, scripted_agent
-from tests.support.trust import ANSWER, FORGED, forging, from_clients, last_stanza, shown, until
+from tests.support.trust import (
+    ANSWER,
+    FORGED,
+    forging,
+    from_clients,
+    last_stanza,
+    questions_to,
+    shown,
+    until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -92,7 +101,7 @@ async def test_an_impostor_under_the_agents_identity_is_never_trusted_and_a_new_
     ]
     resume = from_clients(b, Configuration)[0]
     assert (resume.conversation_id, resume.last_sequence_seen) == (room, seen)
-    users = from_clients(b, UserMessage)
+    users = questions_to(b)
     assert [u.content for u in users] == ["And 7 x 6?"]
     assert users[0].previous_id == first.answer_id
 
@@ -311,7 +320,7 @@ async def test_the_cli_shows_nothing_from_an_impostor_and_follows_the_new_agent(
     assert "FORGED" not in user.out + user.err
     assert from_clients(mallory) == []
     assert from_clients(b, Configuration)[0].last_sequence_seen == seen
-    assert [u.content for u in from_clients(b, UserMessage)] == ["And 7 x 6?"]
+    assert [u.content for u in questions_to(b)] == ["And 7 x 6?"]
 
 
 async def test_an_agent_that_does_not_announce_the_protocol_is_never_trusted(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from alicia.client import ClientSession
-from alicia.protocol import DATA_TOPIC
+from alicia.protocol import DATA_TOPIC, UserMessage
 from tests.support.scripted_agent import Script, ScriptedAgent, forged_agent_packets
 
 ANSWER = "The answer is 42. Easy."
@@ -59,6 +59,17 @@ def from_clients(agent: ScriptedAgent, kind: type[Any] = object) -> list[Any]:
     """Bodies of type ``kind`` the agent received numbered by a client (not forgeries
     broadcast with server numbers)."""
     return [e.body for e in agent.received if e.stanza_id > 0 and isinstance(e.body, kind)]
+
+
+def questions_to(agent: ScriptedAgent) -> list[UserMessage]:
+    """The questions the agent received from clients, each once in the order first
+    received: a client repeats a question until the agent shows it has it (a loaded
+    machine's agent was once more than the 1 s between repeats late to show it, fR), and
+    an agent drops such a resend."""
+    first: dict[str, UserMessage] = {}
+    for body in from_clients(agent, UserMessage):
+        first.setdefault(body.id, body)
+    return list(first.values())
 
 
 def shown(session: ClientSession) -> str:

@@ -27,7 +27,7 @@ from tests.e2e.browser.helpers import BROWSER, CHROMIUM, node_binary, page_url
 from tests.e2e.web_app import serving_web
 from tests.paths import ARTIFACTS, ROOT
 from tests.support.scripted_agent import scripted_agent
-from tests.support.trust import ANSWER, FORGED, forging, from_clients, last_stanza
+from tests.support.trust import ANSWER, FORGED, forging, from_clients, last_stanza, questions_to
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 SCRIPT = BROWSER / "takeover.mjs"
@@ -109,7 +109,7 @@ async def test_the_page_shows_nothing_from_an_impostor_and_follows_the_new_agent
         seen,
         "web",
     )
-    assert [u.content for u in from_clients(b, UserMessage)] == ["And 7 x 6?"]
+    assert [u.content for u in questions_to(b)] == ["And 7 x 6?"]
     assert shot.stat().st_size > 10_000
 
 
