@@ -48,30 +48,27 @@ def cpu_seconds(pid: int) -> float:
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of ``pid`` (with the children it reaped) and of its live descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    """CPU seconds of ``pid`` and its live descendants, with the children they reaped
+    (``/proc/<pid>/stat``: utime, stime, cutime, cstime)."""
+    found: dict[int, tuple[int, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            data = Path(f"/proc/{entry.name}/stat").read_text()
         except OSError:
             continue
-        p = int(entry)
-        parents[p] = int(fields[1])
-        times[p] = sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    total = 0.0
-    for p, t in times.items():
-        q = p
-        while q > 1:
-            if q == pid:
-                total += t
-                break
-            q = parents.get(q, 0)
-    return total
+        rest = data[data.rindex(")") + 2 :].split()
+        found[int(entry.name)] = (int(rest[1]), sum(int(x) for x in rest[11:15]))
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in found.items():
+        children.setdefault(parent, []).append(child)
+    ticks, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        ticks += found.get(p, (0, 0))[1]
+        stack.extend(children.get(p, ()))
+    return ticks / _TICK
 
 
 def rss_bytes(pid: int) -> int:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from bench._stats import tree_cpu_seconds
 from tests.paths import ARTIFACTS
 
 OUT = ARTIFACTS / "cpu"
 """Where each xdist worker writes its lines."""
-_TICK = os.sysconf("SC_CLK_TCK")
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -39,26 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def tree_cpu(root: int) -> float:
     """CPU seconds of ``root`` and its descendants, with the children they have reaped."""
-    found: dict[int, tuple[int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            data = Path(f"/proc/{entry.name}/stat").read_text()
-        except OSError:
-            continue
-        rest = data[data.rindex(")") + 2 :].split()
-        ticks = sum(int(x) for x in rest[11:15])  # utime stime cutime cstime
-        found[int(entry.name)] = (int(rest[1]), ticks)
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, (ppid, _) in found.items():
-        children[ppid].append(pid)
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += found.get(pid, (0, 0))[1]
-        stack.extend(children[pid])
-    return total / _TICK
+    return tree_cpu_seconds(root)
 
 
 @pytest.hookimpl(hookwrapper=True)
